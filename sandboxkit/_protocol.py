@@ -1,0 +1,223 @@
+"""Pure protocol facts: paths, header names, request descriptions, error decoding.
+
+Nothing here does I/O or awaits (gidgethub's sans-I/O core); `_transport.py` carries these
+descriptions over aiohttp and the resources build them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+from urllib.parse import quote
+
+import attrs
+
+from .errors import APIError, Surface, ValidationDetail, error_class
+
+__all__ = [
+    "ACCEPT_RANGES",
+    "ACCESS_TOKEN",
+    "AUTHORIZATION",
+    "CONTENT_RANGE",
+    "IDEMPOTENCY_KEY",
+    "IDEMPOTENCY_REPLAYED",
+    "LOGGED_HEADERS",
+    "RANGE",
+    "REQUEST_ID",
+    "RETRYABLE_STATUSES",
+    "RETRY_AFTER",
+    "ApiRequest",
+    "ContentRange",
+    "build_logs_path",
+    "build_path",
+    "builds_path",
+    "data_plane_origin",
+    "decode_error",
+    "decode_json",
+    "parse_content_range",
+    "segment",
+    "unwrap_v2",
+]
+
+AUTHORIZATION = "Authorization"
+ACCESS_TOKEN = "X-Access-Token"
+IDEMPOTENCY_KEY = "Idempotency-Key"
+IDEMPOTENCY_REPLAYED = "Idempotency-Replayed"
+REQUEST_ID = "X-Request-ID"
+RETRY_AFTER = "Retry-After"
+RANGE = "Range"
+CONTENT_RANGE = "Content-Range"
+ACCEPT_RANGES = "Accept-Ranges"
+
+# Only these headers ever reach a log line; everything else (tokens above all) stays out.
+LOGGED_HEADERS = frozenset(
+    {"content-type", "content-length", "x-request-id", "retry-after", "accept-ranges"}
+)
+
+# 500 is deliberately absent: DESIGN section 5 surfaces it at once.
+RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
+
+V2_PREFIX = "/api/v2"
+V1_PREFIX = "/api/v1"
+FILES_PATH = "/files"
+TEMPLATES_PATH = f"{V2_PREFIX}/templates"
+
+Method = Literal["GET", "POST", "DELETE", "PUT", "PATCH", "HEAD"]
+
+
+def segment(value: str) -> str:
+    """Quote one path segment so an id can never add segments or a query."""
+    return quote(value, safe="")
+
+
+def builds_path(template_id: str) -> str:
+    """Path of a Template's Build list."""
+    return f"{TEMPLATES_PATH}/{segment(template_id)}/builds"
+
+
+def build_path(template_id: str, build_id: str) -> str:
+    """Path of one Build (POST starts it)."""
+    return f"{builds_path(template_id)}/{segment(build_id)}"
+
+
+def build_logs_path(template_id: str, build_id: str) -> str:
+    """Path of a Build's logs."""
+    return f"{build_path(template_id, build_id)}/logs"
+
+
+def data_plane_origin(scheme: str, sandbox_key: str, domain: str) -> str:
+    """`{scheme}://{sandbox_key}.{domain}`; the domain is used verbatim (it may hold a port)."""
+    return f"{scheme}://{sandbox_key}.{domain}"
+
+
+@attrs.frozen
+class ApiRequest:
+    """One control-plane request, described without any I/O.
+
+    `idempotent` decides whether the retry loop may send it again; `operation` names it in
+    logs and errors; `authenticated` is False only for the OAuth code exchange.
+    """
+
+    method: Method
+    path: str
+    operation: str
+    surface: Surface
+    idempotent: bool
+    params: Sequence[tuple[str, str]] = ()
+    json: Any = None
+    headers: Mapping[str, str] = attrs.field(factory=dict)
+    authenticated: bool = True
+
+
+def decode_json(body: bytes) -> Any:
+    """Parse a JSON body; raises ValueError when it is not JSON."""
+    return json.loads(body)
+
+
+def unwrap_v2(payload: Any) -> Any:
+    """The `data` of a v2 `{request_id, data}` envelope, or the payload itself."""
+    if isinstance(payload, dict) and "data" in payload and "request_id" in payload:
+        return payload["data"]
+    return payload
+
+
+def _str_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _validation_details(raw: Any) -> tuple[ValidationDetail, ...]:
+    if not isinstance(raw, list):
+        return ()
+    return tuple(
+        ValidationDetail(
+            field=_str_or_none(item.get("field")),
+            expression=_str_or_none(item.get("expression")),
+            original_value=item.get("originalValue"),
+            reason=_str_or_none(item.get("reason")),
+        )
+        for item in raw
+        if isinstance(item, dict)
+    )
+
+
+def decode_error(
+    status: int,
+    body: bytes,
+    headers: Mapping[str, str],
+    surface: Surface,
+    *,
+    retry_after: float | None = None,
+) -> APIError:
+    """Turn an error answer into the right `APIError` subclass, whatever its body holds.
+
+    A body that is empty, not JSON, or JSON of another shape still gives the class its status
+    calls for; only the message is then generic.
+    """
+    try:
+        payload = decode_json(body) if body else None
+    except ValueError:
+        payload = None
+    fields: dict[str, Any] = payload if isinstance(payload, dict) else {}
+    request_id = _str_or_none(fields.get("request_id")) or headers.get(REQUEST_ID)
+    message = _str_or_none(fields.get("message"))
+    code: str | int | None = None
+    group: str | None = None
+    details: Mapping[str, Any] | None = None
+    validation: tuple[ValidationDetail, ...] = ()
+    traces: tuple[str, ...] = ()
+    if surface == "v2":
+        code = _str_or_none(fields.get("code"))
+        raw_details = fields.get("details")
+        details = raw_details if isinstance(raw_details, dict) else None
+    elif surface == "v1":
+        raw_code = fields.get("code")
+        code = raw_code if isinstance(raw_code, int) and not isinstance(raw_code, bool) else None
+        group = _str_or_none(fields.get("group"))
+        validation = _validation_details(fields.get("validationDetail"))
+        raw_traces = fields.get("traces")
+        if isinstance(raw_traces, list):
+            traces = tuple(t for t in raw_traces if isinstance(t, str))
+        if message is None and validation:
+            message = "; ".join(f"{d.field}: {d.reason}" for d in validation)
+    # Data-plane bodies are `{message}` only: shown to humans, never parsed.
+    cls = error_class(status, code if surface == "v2" else None)
+    return cls(
+        message or f"HTTP {status}",
+        status=status,
+        surface=surface,
+        request_id=request_id,
+        code=code,
+        details=details,
+        group=group,
+        validation_detail=validation,
+        retry_after=retry_after,
+        traces=traces,
+    )
+
+
+@attrs.frozen
+class ContentRange:
+    """A parsed `Content-Range: bytes start-end/total` (total None for `*`)."""
+
+    start: int
+    end: int
+    total: int | None
+
+
+_CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$", re.IGNORECASE)
+
+
+def parse_content_range(value: str | None) -> ContentRange | None:
+    """Parse a Content-Range header; None when absent or malformed."""
+    if not value:
+        return None
+    match = _CONTENT_RANGE.match(value)
+    if match is None:
+        return None
+    start, end = int(match[1]), int(match[2])
+    total = None if match[3] == "*" else int(match[3])
+    if end < start or (total is not None and end >= total):
+        return None
+    return ContentRange(start, end, total)

@@ -1,0 +1,176 @@
+"""Retry policy and its arithmetic (DESIGN section 5). Pure: no I/O, no await.
+
+The loop that uses these lives in `_calls.py`; here are only the decisions: is this failure
+retryable, how long to wait, may the client afford another retry, and how a throttled host's
+concurrency window moves.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import math
+import random
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+import attrs
+
+from ._protocol import RETRYABLE_STATUSES
+from .errors import APIConnectionError, APIError, APITimeoutError, SandboxKitError
+
+__all__ = [
+    "ConcurrencyWindow",
+    "RetryBudget",
+    "RetryPolicy",
+    "backoff_delay",
+    "is_retryable",
+    "parse_retry_after",
+    "retry_delay",
+]
+
+
+@attrs.frozen
+class RetryPolicy:
+    """How one operation retries.
+
+    Args:
+        max_attempts: requests in all, the first included (1 disables retries).
+        initial_backoff: the first delay's upper bound, in seconds (full jitter below it).
+        max_backoff: the cap on any computed delay.
+        max_retry_after: the longest `Retry-After` we wait for; a longer one raises at once
+            with `retry_after` set on the error.
+        retry_server_errors: also retry a plain 500 (off: DESIGN section 5 surfaces it).
+        honor_retry_after: wait what `Retry-After` says (off only in `no_delay`, for tests).
+    """
+
+    max_attempts: int = attrs.field(default=5, validator=attrs.validators.ge(1))
+    initial_backoff: float = attrs.field(default=0.5, validator=attrs.validators.ge(0))
+    max_backoff: float = attrs.field(default=20.0, validator=attrs.validators.ge(0))
+    max_retry_after: float = attrs.field(default=60.0, validator=attrs.validators.ge(0))
+    retry_server_errors: bool = False
+    honor_retry_after: bool = True
+
+    @classmethod
+    def none(cls) -> RetryPolicy:
+        """A policy that never retries."""
+        return cls(max_attempts=1)
+
+    @classmethod
+    def no_delay(cls, max_attempts: int = 5) -> RetryPolicy:
+        """Retries without waiting, whatever `Retry-After` says: the testing switch."""
+        return cls(
+            max_attempts=max_attempts,
+            initial_backoff=0.0,
+            max_backoff=0.0,
+            honor_retry_after=False,
+        )
+
+
+def is_retryable(error: SandboxKitError, policy: RetryPolicy) -> bool:
+    """Whether `error` may be retried at all (the operation must be idempotent too)."""
+    if isinstance(error, APIError):
+        if error.status in RETRYABLE_STATUSES:
+            return True
+        return policy.retry_server_errors and error.status == 500
+    return isinstance(error, APIConnectionError | APITimeoutError)
+
+
+def backoff_delay(policy: RetryPolicy, retry_number: int, rand: Callable[[], float]) -> float:
+    """Full-jitter exponential backoff for the `retry_number`-th retry (1-based)."""
+    ceiling = min(policy.max_backoff, policy.initial_backoff * (2 ** (retry_number - 1)))
+    return float(ceiling * rand())
+
+
+def parse_retry_after(value: str | None, now: float) -> float | None:
+    """Seconds to wait from a `Retry-After` (delta-seconds or HTTP-date); None if unusable.
+
+    Negative, non-finite and garbage values are ignored rather than trusted.
+    """
+    if value is None:
+        return None
+    text = value.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(text)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        seconds = (when - datetime.fromtimestamp(now, UTC)).total_seconds()
+        return max(0.0, seconds)
+    if not math.isfinite(seconds) or seconds < 0:
+        return None
+    return seconds
+
+
+def retry_delay(
+    policy: RetryPolicy,
+    retry_number: int,
+    retry_after: float | None,
+    rand: Callable[[], float] = random.random,
+) -> float | None:
+    """The delay before the next attempt, or None when the server asks for more than the cap."""
+    if retry_after is not None and policy.honor_retry_after:
+        if retry_after > policy.max_retry_after:
+            return None
+        return retry_after
+    return backoff_delay(policy, retry_number, rand)
+
+
+@attrs.define
+class RetryBudget:
+    """A per-client token bucket (botocore's standard mode) that stops retry storms.
+
+    A retry spends `retry_cost` (`timeout_cost` for timeouts and broken connections); a
+    success refunds what its retries spent, or `success_refund` when it needed none.
+    """
+
+    capacity: int = 500
+    retry_cost: int = 5
+    timeout_cost: int = 10
+    success_refund: int = 1
+    tokens: int = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.tokens = self.capacity
+
+    def try_spend(self, *, connection_failure: bool) -> int | None:
+        """Take the cost of one retry; None (nothing taken) when the bucket is too low."""
+        cost = self.timeout_cost if connection_failure else self.retry_cost
+        if cost > self.tokens:
+            return None
+        self.tokens -= cost
+        return cost
+
+    def refund(self, spent: int) -> None:
+        """Give back after a success: what its retries spent, or the small default."""
+        self.tokens = min(self.capacity, self.tokens + (spent or self.success_refund))
+
+
+@attrs.define
+class ConcurrencyWindow:
+    """AIMD window of one sandbox host: halve on 429, grow by one per window of successes."""
+
+    maximum: int
+    minimum: int = 1
+    size: float = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.size = float(self.maximum)
+
+    @property
+    def allowed(self) -> int:
+        """Requests allowed in flight now."""
+        return max(self.minimum, min(self.maximum, int(self.size)))
+
+    def on_throttled(self) -> int:
+        """A 429: multiplicative decrease."""
+        self.size = max(float(self.minimum), self.size / 2)
+        return self.allowed
+
+    def on_success(self) -> int:
+        """A success: additive increase of about one slot per window's worth of successes."""
+        self.size = min(float(self.maximum), self.size + 1.0 / max(self.size, 1.0))
+        return self.allowed

@@ -1,0 +1,408 @@
+"""The pools and the one boundary where aiohttp meets the rest of sandboxkit.
+
+`Transport` owns one `ClientSession` for the console (v1 and v2) and an LRU of per-sandbox-host
+sessions (`HostPools`). Every aiohttp exception is mapped here, once, to a sandboxkit one with
+`raise ... from exc`; nothing above this module sees an aiohttp object.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl as ssl_module
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import aiohttp
+import anyio
+import attrs
+
+from ._config import Limits, Timeout
+from ._protocol import ACCESS_TOKEN, AUTHORIZATION, RETRY_AFTER, ApiRequest, decode_error
+from ._retry import ConcurrencyWindow, parse_retry_after
+from ._version import __version__
+from .errors import (
+    APIConnectionError,
+    APIError,
+    APITimeoutError,
+    ClientStateError,
+    Surface,
+    TransportError,
+)
+
+__all__ = ["BufferedResponse", "HostPool", "HostPools", "StreamingResponse", "Transport"]
+
+USER_AGENT = f"sandboxkit/{__version__} aiohttp/{aiohttp.__version__}"
+SSLOption = ssl_module.SSLContext | bool
+
+
+@contextlib.contextmanager
+def map_errors(operation: str) -> Iterator[None]:
+    """Translate aiohttp and socket failures into sandboxkit exceptions."""
+    try:
+        yield
+    except TransportError:
+        raise
+    except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
+        raise APITimeoutError(f"{operation}: timed out", operation=operation) from exc
+    except aiohttp.ClientConnectorCertificateError as exc:
+        raise APIConnectionError(
+            f"{operation}: TLS certificate verification failed for {exc.host}: pass ssl= a "
+            "context that trusts the server's CA",
+            operation=operation,
+        ) from exc
+    except aiohttp.ClientConnectorError as exc:
+        raise APIConnectionError(
+            f"{operation}: cannot connect to {exc.host}:{exc.port} ({exc.strerror or exc})",
+            operation=operation,
+        ) from exc
+    except aiohttp.ServerDisconnectedError as exc:
+        raise APIConnectionError(
+            f"{operation}: server closed the connection", operation=operation
+        ) from exc
+    except aiohttp.ClientPayloadError as exc:
+        raise APIConnectionError(
+            f"{operation}: the answer's body was cut short or malformed", operation=operation
+        ) from exc
+    except (aiohttp.ClientError, OSError) as exc:
+        raise APIConnectionError(
+            f"{operation}: {type(exc).__name__}: {exc}", operation=operation
+        ) from exc
+
+
+def _client_timeout(timeout: Timeout) -> aiohttp.ClientTimeout:
+    # `total` bounds the whole logical call (retries included) one level up, not one request.
+    return aiohttp.ClientTimeout(total=None, sock_connect=timeout.connect, sock_read=timeout.read)
+
+
+@attrs.frozen
+class BufferedResponse:
+    """A whole answer read into memory (control-plane sized)."""
+
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
+
+
+def error_from(status: int, headers: Mapping[str, str], body: bytes, surface: Surface) -> APIError:
+    """The APIError for an error answer, with `Retry-After` understood."""
+    retry_after = parse_retry_after(headers.get(RETRY_AFTER), time.time())
+    return decode_error(status, body, headers, surface, retry_after=retry_after)
+
+
+class StreamingResponse:
+    """An answer whose body is read incrementally; errors stay sandboxkit's."""
+
+    def __init__(self, response: aiohttp.ClientResponse, operation: str) -> None:
+        self._response = response
+        self._operation = operation
+        self.status = response.status
+        self.headers: Mapping[str, str] = response.headers
+
+    @property
+    def content_length(self) -> int | None:
+        """The declared body length, if any."""
+        return self._response.content_length
+
+    async def iter_chunks(self, size: int) -> AsyncIterator[bytes]:
+        """Yield the body in chunks of at most `size` bytes."""
+        with map_errors(self._operation):
+            async for chunk in self._response.content.iter_chunked(size):
+                yield chunk
+
+    async def read(self, limit: int = 1 << 20) -> bytes:
+        """Read the whole (small) body; an error body is capped so a huge one cannot hurt."""
+        with map_errors(self._operation):
+            data = await self._response.content.read(limit)
+        return data
+
+
+@attrs.define(eq=False)
+class HostPool:
+    """One sandbox host's session, its AIMD concurrency window, and how busy it is."""
+
+    key: tuple[str, str]
+    session: aiohttp.ClientSession
+    window: ConcurrencyWindow
+    limiter: anyio.CapacityLimiter
+    in_flight: int = 0
+    last_used: float = 0.0
+    closing: bool = False
+
+    @property
+    def origin(self) -> str:
+        """`scheme://host[:port]` of the sandbox."""
+        return self.key[0]
+
+    def on_throttled(self) -> None:
+        """A 429 from this host: halve its window (others are untouched)."""
+        self.limiter.total_tokens = self.window.on_throttled()
+
+    def on_success(self) -> None:
+        """A success from this host: let its window grow again."""
+        allowed = self.window.on_success()
+        if allowed != self.limiter.total_tokens:
+            self.limiter.total_tokens = allowed
+
+
+class HostPools:
+    """An LRU of sandbox host pools, bounded, closed when idle, never under a request."""
+
+    def __init__(
+        self,
+        limits: Limits,
+        make_session: Callable[[str, str], aiohttp.ClientSession],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._limits = limits
+        self._make_session = make_session
+        self._clock = clock
+        self._pools: OrderedDict[tuple[str, str], HostPool] = OrderedDict()
+        self._released = asyncio.Condition()
+
+    def __len__(self) -> int:
+        return len(self._pools)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._pools
+
+    def get(self, origin: str, token: str) -> HostPool | None:
+        """The live pool for this host and token, without touching the LRU order."""
+        return self._pools.get((origin, token))
+
+    @contextlib.asynccontextmanager
+    async def lease(self, origin: str, token: str) -> AsyncIterator[HostPool]:
+        """Hold one of the host's request slots for the duration of one request."""
+        pool = await self._checkout(origin, token)
+        borrower = object()
+        try:
+            await pool.limiter.acquire_on_behalf_of(borrower)
+        except BaseException:
+            await self._checkin(pool)
+            raise
+        try:
+            yield pool
+        finally:
+            pool.limiter.release_on_behalf_of(borrower)
+            await self._checkin(pool)
+
+    async def _checkout(self, origin: str, token: str) -> HostPool:
+        key = (origin, token)
+        while True:
+            await self.close_idle()
+            pool = self._pools.get(key)
+            if pool is not None and not pool.closing:
+                self._pools.move_to_end(key)
+                break
+            if len(self._pools) < self._limits.max_sandbox_hosts or await self._evict_one():
+                pool = self._open(key)
+                break
+            # Every pool is busy: wait for a request to finish rather than exceed the bound.
+            async with self._released:
+                await self._released.wait()
+        pool.in_flight += 1
+        pool.last_used = self._clock()
+        return pool
+
+    async def _checkin(self, pool: HostPool) -> None:
+        pool.in_flight -= 1
+        pool.last_used = self._clock()
+        if pool.closing and pool.in_flight == 0:
+            await pool.session.close()
+        async with self._released:
+            self._released.notify_all()
+
+    def _open(self, key: tuple[str, str]) -> HostPool:
+        per_host = self._limits.per_host_connections
+        pool = HostPool(
+            key=key,
+            session=self._make_session(*key),
+            window=ConcurrencyWindow(maximum=per_host),
+            limiter=anyio.CapacityLimiter(per_host),
+            last_used=self._clock(),
+        )
+        self._pools[key] = pool
+        return pool
+
+    async def _evict_one(self) -> bool:
+        for key, pool in self._pools.items():
+            if pool.in_flight == 0:
+                del self._pools[key]
+                await pool.session.close()
+                return True
+        return False
+
+    async def close_idle(self) -> int:
+        """Close pools unused for `host_idle_seconds`; returns how many were closed."""
+        cutoff = self._clock() - self._limits.host_idle_seconds
+        idle = [
+            key
+            for key, pool in self._pools.items()
+            if pool.in_flight == 0 and pool.last_used <= cutoff
+        ]
+        for key in idle:
+            await self._pools.pop(key).session.close()
+        return len(idle)
+
+    async def discard(self, origin: str, token: str) -> None:
+        """Drop one host's pool: now if idle, else once its last request ends."""
+        pool = self._pools.pop((origin, token), None)
+        if pool is None:
+            return
+        pool.closing = True
+        if pool.in_flight == 0:
+            await pool.session.close()
+
+    async def aclose(self) -> None:
+        """Close every pool."""
+        pools = list(self._pools.values())
+        self._pools.clear()
+        for pool in pools:
+            pool.closing = True
+            await pool.session.close()
+
+
+class Transport:
+    """Sessions, created lazily inside the running loop and bound to it."""
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        api_key: str,
+        limits: Limits,
+        data_plane_scheme: str,
+        ssl: SSLOption,
+        resolver: aiohttp.abc.AbstractResolver | None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.base_url = base_url
+        self._authorization = f"Bearer {api_key}"
+        self.limits = limits
+        self.data_plane_scheme = data_plane_scheme
+        self._ssl = ssl
+        self._resolver = resolver
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._control: aiohttp.ClientSession | None = None
+        self._closed = False
+        self.hosts = HostPools(limits, self._make_host_session, clock)
+
+    @property
+    def closed(self) -> bool:
+        """Whether `aclose()` has run."""
+        return self._closed
+
+    def check_loop(self) -> None:
+        """Bind to the running loop on first use; refuse any other loop afterwards."""
+        if self._closed:
+            raise ClientStateError("this sandboxkit.Client is closed; create a new one")
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+        elif self._loop is not loop:
+            raise ClientStateError(
+                "this sandboxkit.Client was first used on another event loop; create one "
+                "Client per event loop (or use sandboxkit.sync.Client from threads)"
+            )
+
+    def _connector(self, limit: int) -> aiohttp.TCPConnector:
+        return aiohttp.TCPConnector(
+            limit=limit,
+            limit_per_host=limit,
+            ssl=self._ssl,
+            resolver=self._resolver,
+            enable_cleanup_closed=False,
+        )
+
+    def _control_session(self) -> aiohttp.ClientSession:
+        self.check_loop()
+        if self._control is None:
+            self._control = aiohttp.ClientSession(
+                connector=self._connector(self.limits.control_plane_connections),
+                headers={"User-Agent": USER_AGENT},
+                # Responses are JSON we decode ourselves; nothing is ever auto-redirected.
+                auto_decompress=True,
+                trust_env=False,
+            )
+        return self._control
+
+    def _make_host_session(self, origin: str, token: str) -> aiohttp.ClientSession:
+        self.check_loop()
+        return aiohttp.ClientSession(
+            base_url=origin,
+            connector=self._connector(self.limits.per_host_connections),
+            # The sandbox token rides on this host's session only; it never goes elsewhere.
+            headers={"User-Agent": USER_AGENT, ACCESS_TOKEN: token},
+            auto_decompress=False,
+            trust_env=False,
+        )
+
+    async def send(self, request: ApiRequest, timeout: Timeout) -> BufferedResponse:
+        """Send one control-plane request and read its whole answer."""
+        session = self._control_session()
+        headers = dict(request.headers)
+        if request.authenticated:
+            headers[AUTHORIZATION] = self._authorization
+        with map_errors(request.operation):
+            async with session.request(
+                request.method,
+                self.base_url + request.path,
+                params=list(request.params) or None,
+                json=request.json,
+                headers=headers,
+                timeout=_client_timeout(timeout),
+                allow_redirects=False,
+            ) as response:
+                body = await response.read()
+                return BufferedResponse(response.status, response.headers, body)
+
+    @contextlib.asynccontextmanager
+    async def open_stream(
+        self,
+        pool: HostPool,
+        method: str,
+        path: str,
+        *,
+        operation: str,
+        timeout: Timeout,
+        params: Sequence[tuple[str, str]] = (),
+        headers: Mapping[str, str] | None = None,
+        data: Any = None,
+    ) -> AsyncIterator[StreamingResponse]:
+        """Send one data-plane request on the host's own session; the body stays unread.
+
+        Only aiohttp's own calls are inside the error mapping: what the caller does with the
+        body (a disk write that fails, say) keeps its own exception.
+        """
+        self.check_loop()
+        with map_errors(operation):
+            response = await pool.session.request(
+                method,
+                path,
+                params=list(params) or None,
+                headers=headers,
+                data=data,
+                timeout=_client_timeout(timeout),
+                allow_redirects=False,
+            )
+        try:
+            yield StreamingResponse(response, operation)
+        finally:
+            # An unread body means the connection cannot be reused: drop it at once rather
+            # than leave it half-read (cancellation included).
+            if response.content.at_eof():
+                response.release()
+            else:
+                response.close()
+
+    async def aclose(self) -> None:
+        """Close every session; the transport is unusable afterwards."""
+        if self._closed:
+            return
+        self._closed = True
+        await self.hosts.aclose()
+        if self._control is not None:
+            await self._control.close()
+            self._control = None

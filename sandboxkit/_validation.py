@@ -1,0 +1,214 @@
+"""Client-side checks of every rule the interface states, run before any request.
+
+Each check raises `ValidationError` naming the argument and the rule. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from . import models
+from .errors import ValidationError
+
+__all__ = [
+    "check_description",
+    "check_expires_at",
+    "check_idempotency_key",
+    "check_image_filter",
+    "check_labels",
+    "check_log_level",
+    "check_log_limit",
+    "check_log_offset",
+    "check_page",
+    "check_page_size",
+    "check_remote_path",
+    "check_resources",
+    "check_scope",
+    "check_template_name",
+    "check_uuid",
+    "check_v1_template_name",
+]
+
+TEMPLATE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+# Printable ASCII without whitespace is exactly 0x21..0x7E.
+IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,64}")
+IMAGE_FILTER = re.compile(r"[A-Za-z0-9._-]{1,256}")
+V1_TEMPLATE_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.\- ]{0,253}[A-Za-z0-9])?")
+
+MAX_DESCRIPTION = 256
+MAX_CPU = 16
+MAX_MEMORY_MB = 65536
+MAX_DISK_MB = 65536
+MAX_PAGE_SIZE = 100
+MAX_LOG_LIMIT = 100
+API_KEY_SCOPES = ("ie_model", "ce_resource")
+
+
+def _fail(argument: str, rule: str, value: Any) -> ValidationError:
+    shown = repr(value)
+    if len(shown) > 80:
+        shown = shown[:77] + "..."
+    return ValidationError(f"{argument}={shown}: {rule}")
+
+
+def _check_int(argument: str, value: Any, low: int, high: int | None) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise _fail(argument, "must be an integer", value)
+    if value < low or (high is not None and value > high):
+        bound = f"between {low} and {high}" if high is not None else f">= {low}"
+        raise _fail(argument, f"must be {bound}", value)
+    return value
+
+
+def check_template_name(name: Any) -> str:
+    """1-64 characters of letters, digits, `_` and `-`."""
+    if not isinstance(name, str) or not TEMPLATE_NAME.fullmatch(name):
+        raise _fail("name", "must be 1-64 characters of A-Z, a-z, 0-9, '_' or '-'", name)
+    return name
+
+
+def check_description(description: Any) -> str | None:
+    """At most 256 characters."""
+    if description is None:
+        return None
+    if not isinstance(description, str) or len(description) > MAX_DESCRIPTION:
+        raise _fail("description", f"must be a string of at most {MAX_DESCRIPTION} chars", "…")
+    return description
+
+
+def check_resources(resources: Any) -> models.Resources:
+    """A PresetResources or a CustomResources within the custom limits."""
+    if isinstance(resources, models.PresetResources):
+        if not isinstance(resources.product, str) or not resources.product.strip():
+            raise _fail("resources.product", "must be a non-empty SKU", resources.product)
+        return resources
+    if isinstance(resources, models.CustomResources):
+        _check_int("resources.cpu_count", resources.cpu_count, 1, MAX_CPU)
+        _check_int("resources.memory_mb", resources.memory_mb, 1, MAX_MEMORY_MB)
+        _check_int("resources.disk_size_mb", resources.disk_size_mb, 1, MAX_DISK_MB)
+        return resources
+    raise _fail(
+        "resources",
+        "must be sandboxkit.CustomResources or sandboxkit.PresetResources (exactly one form)",
+        resources,
+    )
+
+
+def check_labels(labels: Any) -> dict[str, str] | None:
+    """A string-to-string map."""
+    if labels is None:
+        return None
+    if not isinstance(labels, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
+    ):
+        raise _fail("labels", "must map strings to strings", labels)
+    return dict(labels)
+
+
+def check_idempotency_key(key: Any) -> str:
+    """1-64 printable ASCII characters, no whitespace."""
+    if not isinstance(key, str) or not IDEMPOTENCY_KEY.fullmatch(key):
+        raise _fail("idempotency_key", "must be 1-64 printable ASCII chars, no whitespace", key)
+    return key
+
+
+def check_page(page: Any) -> int:
+    """A page number >= 1."""
+    return _check_int("page", page, 1, None)
+
+
+def check_page_size(page_size: Any) -> int:
+    """Items per page, 1-100."""
+    return _check_int("page_size", page_size, 1, MAX_PAGE_SIZE)
+
+
+def check_log_limit(limit: Any) -> int:
+    """Log entries per request, 1-100."""
+    return _check_int("limit", limit, 1, MAX_LOG_LIMIT)
+
+
+def check_log_offset(offset: Any) -> int:
+    """A zero-based log offset."""
+    return _check_int("offset", offset, 0, None)
+
+
+def check_log_level(level: Any) -> str | None:
+    """One of debug, info, warn, error (or None for all)."""
+    if level is None:
+        return None
+    if level not in models.LogLevel.ALL:
+        raise _fail("level", f"must be one of {', '.join(models.LogLevel.ALL)}", level)
+    return str(level)
+
+
+def check_remote_path(path: Any) -> str:
+    """Non-empty, absolute, no `.` or `..` segments, no NUL (DESIGN section 6)."""
+    if not isinstance(path, str) or not path:
+        raise _fail("remote path", "must be a non-empty string", path)
+    if not path.startswith("/"):
+        raise _fail("remote path", "must be absolute (start with '/')", path)
+    if "\x00" in path:
+        raise _fail("remote path", "must not contain NUL", path)
+    if any(part in (".", "..") for part in path.split("/")):
+        raise _fail("remote path", "must not contain '.' or '..' segments", path)
+    return path
+
+
+def check_uuid(argument: str, value: Any) -> str:
+    """A UUID in its canonical text form."""
+    try:
+        parsed = uuid.UUID(value) if isinstance(value, str) else None
+    except ValueError:
+        parsed = None
+    if parsed is None or str(parsed) != value.lower():
+        raise _fail(argument, "must be a UUID", value)
+    return str(value)
+
+
+def check_scope(scope: Any) -> str:
+    """`ie_model` or `ce_resource`."""
+    if scope not in API_KEY_SCOPES:
+        raise _fail("scope", f"must be one of {', '.join(API_KEY_SCOPES)}", scope)
+    return str(scope)
+
+
+def check_expires_at(expires_at: Any, now: float) -> int | None:
+    """An aware datetime or int UNIX seconds, in the future; returns UNIX seconds."""
+    if expires_at is None:
+        return None
+    if isinstance(expires_at, datetime):
+        if expires_at.tzinfo is None:
+            raise _fail("expires_at", "must be timezone-aware", expires_at)
+        seconds = int(expires_at.timestamp())
+    elif isinstance(expires_at, int) and not isinstance(expires_at, bool):
+        seconds = expires_at
+    else:
+        raise _fail("expires_at", "must be an aware datetime or int UNIX seconds", expires_at)
+    if seconds <= now:
+        raise _fail("expires_at", "must be in the future", expires_at)
+    return seconds
+
+
+def check_image_filter(argument: str, value: Any) -> str | None:
+    """Letters, digits, `.`, `_`, `-`, at most 256 characters."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not IMAGE_FILTER.fullmatch(value):
+        raise _fail(argument, "must be 1-256 chars of A-Z, a-z, 0-9, '.', '_' or '-'", value)
+    return value
+
+
+def check_v1_template_name(name: Any) -> str:
+    """At most 255 chars; starts and ends with a letter or digit; `_ - . space` inside."""
+    if not isinstance(name, str) or not V1_TEMPLATE_NAME.fullmatch(name):
+        raise _fail(
+            "name",
+            "must be 1-255 chars, start and end with a letter or digit, and hold only "
+            "letters, digits, '_', '-', '.' or spaces",
+            name,
+        )
+    return name

@@ -1,0 +1,219 @@
+"""`sandboxkit.Client`: configuration, the pools, and the resources hung off it."""
+
+from __future__ import annotations
+
+import os
+import ssl as ssl_module
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+
+from . import _protocol as proto
+from ._calls import Calls
+from ._config import Limits, Timeout
+from ._retry import RetryPolicy
+from ._transport import Transport
+from .errors import ValidationError
+from .resources.sandbox import Sandbox
+from .resources.templates import Templates
+
+__all__ = ["Client"]
+
+API_KEY_ENV = "SANDBOXKIT_API_KEY"
+BASE_URL_ENV = "SANDBOXKIT_BASE_URL"
+SAFE_METHODS = frozenset({"GET", "HEAD", "DELETE", "PUT"})
+
+
+def _resolve_api_key(api_key: str | None) -> str:
+    value = api_key if api_key is not None else os.environ.get(API_KEY_ENV)
+    if not value or not value.strip():
+        raise ValidationError(f"no API key: pass api_key= or set {API_KEY_ENV}")
+    if any(ch in value for ch in "\r\n\x00"):
+        raise ValidationError("api_key must not contain line breaks or NUL")
+    return value.strip()
+
+
+def _resolve_base_url(base_url: str | None) -> str:
+    value = base_url if base_url is not None else os.environ.get(BASE_URL_ENV)
+    if not value or not value.strip():
+        raise ValidationError(f"no base URL: pass base_url= or set {BASE_URL_ENV}")
+    parts = urlsplit(value.strip())
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValidationError(f"base_url must be an http(s) URL, got {value!r}")
+    if parts.query or parts.fragment:
+        raise ValidationError("base_url must not carry a query or fragment")
+    return value.strip().rstrip("/")
+
+
+class Client:
+    """The async client for the sandbox service.
+
+    Safe to share between many tasks of one event loop. Build it anywhere; its sessions are
+    created inside the running loop on first use and closed by `aclose()` or `async with`.
+
+    Args:
+        api_key: API key or OAuth access token (env `SANDBOXKIT_API_KEY`).
+        base_url: the console address hosting `/api/v1` and `/api/v2` (env `SANDBOXKIT_BASE_URL`).
+        timeout: default time limits; every operation takes a `timeout=` override.
+        retry: default retry policy; every operation takes a `retry=` override.
+        limits: connection pool bounds.
+        data_plane_scheme: "https" (the service) or "http" (the emulator without TLS).
+        ssl: an SSLContext, True (verify with the system store) or False (no verification).
+        resolver: an aiohttp resolver used by every pool.
+
+    Example::
+
+        async with sandboxkit.Client() as client:
+            async for build in client.templates.builds(template_id):
+                print(build.id, build.status)
+    """
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        timeout: Timeout | None = None,
+        retry: RetryPolicy | None = None,
+        limits: Limits | None = None,
+        data_plane_scheme: str = "https",
+        ssl: ssl_module.SSLContext | bool = True,
+        resolver: aiohttp.abc.AbstractResolver | None = None,
+    ) -> None:
+        if data_plane_scheme not in ("http", "https"):
+            raise ValidationError(
+                f"data_plane_scheme must be 'http' or 'https', got {data_plane_scheme!r}"
+            )
+        if not isinstance(ssl, ssl_module.SSLContext | bool):
+            raise ValidationError("ssl must be an ssl.SSLContext or a bool")
+        self.base_url = _resolve_base_url(base_url)
+        self.timeout = timeout if timeout is not None else Timeout()
+        self.retry = retry if retry is not None else RetryPolicy()
+        self.limits = limits if limits is not None else Limits()
+        self.data_plane_scheme = data_plane_scheme
+        self._transport = Transport(
+            base_url=self.base_url,
+            api_key=_resolve_api_key(api_key),
+            limits=self.limits,
+            data_plane_scheme=data_plane_scheme,
+            ssl=ssl,
+            resolver=resolver,
+        )
+        self._calls = Calls(self._transport, self.retry, self.timeout)
+        self.templates = Templates(self._calls)
+
+    def __repr__(self) -> str:
+        return f"Client(base_url={self.base_url!r})"
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close every pool. Idempotent; the client cannot be used afterwards."""
+        await self._transport.aclose()
+
+    @property
+    def closed(self) -> bool:
+        """Whether the client has been closed."""
+        return self._transport.closed
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | Sequence[tuple[str, str]] | None = None,
+        json: Any = None,
+        headers: Mapping[str, str] | None = None,
+        idempotent: bool | None = None,
+        timeout: Timeout | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> Any:
+        """Call an operation the interface does not show yet, with the same auth and retries.
+
+        Returns the parsed JSON with a v2 `{request_id, data}` envelope unwrapped.
+
+        Args:
+            method: the HTTP method.
+            path: a path on the console beginning with `/api/`.
+            idempotent: whether retries are allowed; default True for GET, HEAD, PUT, DELETE.
+        """
+        verb = method.upper()
+        if verb not in ("GET", "POST", "DELETE", "PUT", "PATCH", "HEAD"):
+            raise ValidationError(f"unsupported method {method!r}")
+        if not path.startswith("/api/") or "://" in path:
+            raise ValidationError(f"path must be a console path starting with /api/, got {path!r}")
+        pairs = list(params.items()) if isinstance(params, Mapping) else list(params or ())
+        request = proto.ApiRequest(
+            verb,  # type: ignore[arg-type]
+            path,
+            operation=f"{verb} {path}",
+            surface="v1" if path.startswith(proto.V1_PREFIX) else "v2",
+            idempotent=verb in SAFE_METHODS if idempotent is None else idempotent,
+            params=[(str(k), str(v)) for k, v in pairs],
+            json=json,
+            headers=dict(headers or {}),
+        )
+        reply = await self._calls.send(request, timeout=timeout, retry=retry)
+        return proto.unwrap_v2(reply.payload)
+
+    def sandbox(self, *, sandbox_key: str, domain: str, access_token: str) -> Sandbox:
+        """A handle on one sandbox's data plane; sends nothing.
+
+        Args:
+            sandbox_key: the sandbox's key from its create/connect answer.
+            domain: the answer's `domain`, used verbatim (it may carry a port).
+            access_token: the answer's `sandbox_access_token`.
+        """
+        for name, value in (
+            ("sandbox_key", sandbox_key),
+            ("domain", domain),
+            ("access_token", access_token),
+        ):
+            if not isinstance(value, str) or not value or any(c in value for c in "\r\n\x00"):
+                raise ValidationError(f"{name} must be a non-empty single-line string")
+        if any(c in sandbox_key for c in "/.:@?#") or any(c in domain for c in "/@?#"):
+            raise ValidationError("sandbox_key and domain must be plain host name parts")
+        return Sandbox(
+            self._calls,
+            sandbox_key=sandbox_key,
+            domain=domain,
+            access_token=access_token,
+            scheme=self.data_plane_scheme,
+        )
+
+    def sandbox_from_response(self, body: Mapping[str, Any]) -> Sandbox:
+        """A handle from a sandbox create/connect answer (`data.sandbox_key`, `data.domain`,
+        and `sandbox_access_token` under `data` or at the top level)."""
+        if not isinstance(body, Mapping):
+            raise ValidationError("expected the create/connect answer as a mapping")
+        data = body.get("data")
+        data = data if isinstance(data, Mapping) else body
+        token = data.get("sandbox_access_token") or body.get("sandbox_access_token") or ""
+        missing = [
+            name
+            for name, value in (
+                ("sandbox_key", data.get("sandbox_key")),
+                ("domain", data.get("domain")),
+                ("sandbox_access_token", token),
+            )
+            if not value
+        ]
+        if missing:
+            raise ValidationError(f"the answer lacks {', '.join(missing)}")
+        return self.sandbox(
+            sandbox_key=str(data["sandbox_key"]),
+            domain=str(data["domain"]),
+            access_token=str(token),
+        )

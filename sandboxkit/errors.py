@@ -1,0 +1,337 @@
+"""The exceptions sandboxkit raises; the public API raises nothing else.
+
+The tree::
+
+    SandboxKitError
+    ├── ValidationError (also ValueError)      the client's own check, before any request
+    ├── ClientStateError (also RuntimeError)   closed client, wrong event loop
+    ├── TransportError                          no usable HTTP answer
+    │   ├── APIConnectionError                  connect failed, connection cut, bad framing
+    │   ├── APITimeoutError                     connect/read timeout or the call's deadline
+    │   └── RedirectNotFollowedError            (data plane) a 3xx: the token goes nowhere else
+    ├── ResponseDecodeError                     a 2xx whose body is not what the interface shows
+    ├── PaginationError                         a server cursor that would loop forever
+    ├── BuildFailedError                        a followed Build ended with `failure`
+    └── APIError                                an error status from the service
+        ├── BadRequestError                 400
+        │   └── IdempotencyMismatchError        v2 Sandbox.IdempotentParameterMismatch
+        ├── AuthenticationError             401
+        ├── PermissionDeniedError           403
+        ├── NotFoundError                   404
+        ├── ConflictError                   409
+        │   └── IdempotencyKeyConsumedError     v2 Sandbox.IdempotentKeyConsumed
+        ├── PayloadTooLargeError            413
+        ├── UnsupportedMediaTypeError       415
+        ├── RangeNotSatisfiableError        416
+        ├── UnprocessableEntityError        422
+        ├── RateLimitError                  429
+        ├── QuotaExceededError              v2 Resource.QuotaExceeded, whatever the status
+        └── InternalServerError             5xx
+            ├── BadGatewayError             502
+            ├── ServiceUnavailableError     503
+            └── GatewayTimeoutError         504
+
+None of them holds an aiohttp object, and no message ever carries a token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import attrs
+
+__all__ = [
+    "APIConnectionError",
+    "APIError",
+    "APITimeoutError",
+    "AuthenticationError",
+    "BadGatewayError",
+    "BadRequestError",
+    "BuildFailedError",
+    "ClientStateError",
+    "ConflictError",
+    "GatewayTimeoutError",
+    "IdempotencyKeyConsumedError",
+    "IdempotencyMismatchError",
+    "InternalServerError",
+    "NotFoundError",
+    "PaginationError",
+    "PayloadTooLargeError",
+    "PermissionDeniedError",
+    "QuotaExceededError",
+    "RangeNotSatisfiableError",
+    "RateLimitError",
+    "RedirectNotFollowedError",
+    "ResponseDecodeError",
+    "SandboxKitError",
+    "ServiceUnavailableError",
+    "Surface",
+    "TransportError",
+    "UnprocessableEntityError",
+    "UnsupportedMediaTypeError",
+    "ValidationDetail",
+    "ValidationError",
+]
+
+Surface = Literal["v2", "v1", "data"]
+
+
+class SandboxKitError(Exception):
+    """Root of every exception sandboxkit raises."""
+
+
+class ValidationError(SandboxKitError, ValueError):
+    """Bad input caught by the client before any request was sent."""
+
+
+class ClientStateError(SandboxKitError, RuntimeError):
+    """The client cannot be used as asked: it is closed, or bound to another event loop."""
+
+
+class TransportError(SandboxKitError):
+    """No usable HTTP answer arrived (network, TLS, framing, or time)."""
+
+    def __init__(self, message: str, *, operation: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.operation = operation
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Keyword-only constructors need help to cross process boundaries (batch, Dask).
+        return _rebuild, (type(self), (self.message,), {"operation": self.operation})
+
+
+class APIConnectionError(TransportError):
+    """The connection could not be made, or broke before the answer was complete."""
+
+
+class APITimeoutError(TransportError):
+    """A connect or read timeout, or the call's overall deadline, ran out."""
+
+
+class RedirectNotFollowedError(TransportError):
+    """The data plane answered a redirect; it is never followed so the token stays home."""
+
+
+class ResponseDecodeError(SandboxKitError):
+    """A success status whose body does not have the shape the interface shows."""
+
+    def __init__(self, message: str, *, status: int, request_id: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.request_id = request_id
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _rebuild, (
+            type(self),
+            (self.message,),
+            {"status": self.status, "request_id": self.request_id},
+        )
+
+
+class PaginationError(SandboxKitError):
+    """The server's paging would never end (an offset that does not advance)."""
+
+
+@attrs.frozen
+class ValidationDetail:
+    """One entry of a v1 validation error body."""
+
+    field: str | None
+    expression: str | None
+    original_value: Any
+    reason: str | None
+
+
+class APIError(SandboxKitError):
+    """An error status from the service, decoded from whichever body format it used.
+
+    Attributes:
+        status: the HTTP status code.
+        message: the service's human-readable message (data-plane messages are never parsed).
+        surface: "v2", "v1" or "data".
+        request_id: the correlation id, when the service gave one.
+        code: the v2 dotted code (str) or the v1 integer code.
+        details: the v2 `details` object (quota errors).
+        group: the v1 error group.
+        validation_detail: the v1 validation records.
+        retry_after: seconds the service asked us to wait, when it said so.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int,
+        surface: Surface,
+        request_id: str | None = None,
+        code: str | int | None = None,
+        details: Mapping[str, Any] | None = None,
+        group: str | None = None,
+        validation_detail: tuple[ValidationDetail, ...] = (),
+        retry_after: float | None = None,
+        traces: tuple[str, ...] = (),
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.surface: Surface = surface
+        self.request_id = request_id
+        self.code = code
+        self.details = details
+        self.group = group
+        self.validation_detail = validation_detail
+        self.retry_after = retry_after
+        self.traces = traces
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        kwargs = {
+            "status": self.status,
+            "surface": self.surface,
+            "request_id": self.request_id,
+            "code": self.code,
+            "details": dict(self.details) if self.details is not None else None,
+            "group": self.group,
+            "validation_detail": self.validation_detail,
+            "retry_after": self.retry_after,
+            "traces": self.traces,
+        }
+        return _rebuild, (type(self), (self.message,), kwargs)
+
+    def __str__(self) -> str:
+        parts = [f"{self.status}"]
+        if self.code is not None:
+            parts.append(f"{self.group}/{self.code}" if self.group else str(self.code))
+        text = f"{' '.join(parts)}: {self.message}"
+        if self.request_id:
+            text += f" (request_id={self.request_id})"
+        return text
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(status={self.status}, code={self.code!r}, "
+            f"surface={self.surface!r}, request_id={self.request_id!r}, message={self.message!r})"
+        )
+
+
+class BadRequestError(APIError):
+    """400: the service rejected the request's parameters."""
+
+
+class IdempotencyMismatchError(BadRequestError):
+    """The Idempotency-Key was used before with a different body."""
+
+
+class AuthenticationError(APIError):
+    """401: the token is missing, malformed, expired, or belongs elsewhere."""
+
+
+class PermissionDeniedError(APIError):
+    """403: the token is valid but not allowed to do this."""
+
+
+class NotFoundError(APIError):
+    """404: the resource (or, on the data plane, the file, its parent or the sandbox) is gone."""
+
+
+class ConflictError(APIError):
+    """409: the resource is not in a state that allows this."""
+
+
+class IdempotencyKeyConsumedError(ConflictError):
+    """The Idempotency-Key belonged to a Template that has since been deleted."""
+
+
+class PayloadTooLargeError(APIError):
+    """413: the upload exceeds the data center's per-file limit."""
+
+
+class UnsupportedMediaTypeError(APIError):
+    """415: the body's content type is not accepted."""
+
+
+class RangeNotSatisfiableError(APIError):
+    """416: a Range started beyond the end of the file."""
+
+
+class UnprocessableEntityError(APIError):
+    """422: understood but not possible here (e.g. split flow in a data center without it)."""
+
+
+class RateLimitError(APIError):
+    """429: a rate limit was hit; `retry_after` says when to come back, if known."""
+
+
+class QuotaExceededError(APIError):
+    """v2 `Resource.QuotaExceeded`: the organization's quota is not enough (see `details`)."""
+
+
+class InternalServerError(APIError):
+    """5xx: the service failed."""
+
+
+class BadGatewayError(InternalServerError):
+    """502: the service's own backend call failed; back off and retry."""
+
+
+class ServiceUnavailableError(InternalServerError):
+    """503: the service is temporarily unavailable."""
+
+
+class GatewayTimeoutError(InternalServerError):
+    """504: the service's gateway timed out."""
+
+
+class BuildFailedError(SandboxKitError):
+    """A Build ended with a `failure` (raised when following logs with `raise_on_failure`)."""
+
+    def __init__(self, *, build_id: str, code: str | None, message: str | None) -> None:
+        super().__init__(f"build {build_id} failed: {code}: {message}")
+        self.build_id = build_id
+        self.code = code
+        self.message = message
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        kwargs = {"build_id": self.build_id, "code": self.code, "message": self.message}
+        return _rebuild, (type(self), (), kwargs)
+
+
+def _rebuild(cls: type[Exception], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Exception:
+    return cls(*args, **kwargs)
+
+
+STATUS_ERRORS: Mapping[int, type[APIError]] = {
+    400: BadRequestError,
+    401: AuthenticationError,
+    403: PermissionDeniedError,
+    404: NotFoundError,
+    409: ConflictError,
+    413: PayloadTooLargeError,
+    415: UnsupportedMediaTypeError,
+    416: RangeNotSatisfiableError,
+    422: UnprocessableEntityError,
+    429: RateLimitError,
+    500: InternalServerError,
+    502: BadGatewayError,
+    503: ServiceUnavailableError,
+    504: GatewayTimeoutError,
+}
+
+V2_CODE_ERRORS: Mapping[str, type[APIError]] = {
+    "Sandbox.IdempotentParameterMismatch": IdempotencyMismatchError,
+    "Sandbox.IdempotentKeyConsumed": IdempotencyKeyConsumedError,
+    "Resource.QuotaExceeded": QuotaExceededError,
+}
+
+
+def error_class(status: int, code: str | int | None = None) -> type[APIError]:
+    """The exception class for a status and (v2) code: code-specific first, then status."""
+    if isinstance(code, str) and code in V2_CODE_ERRORS:
+        return V2_CODE_ERRORS[code]
+    if status in STATUS_ERRORS:
+        return STATUS_ERRORS[status]
+    if status >= 500:
+        return InternalServerError
+    return APIError

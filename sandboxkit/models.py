@@ -1,0 +1,316 @@
+"""The service's records as frozen attrs classes.
+
+Forward compatible (DESIGN section 8): enumerations whose full set the interface does not show
+are plain `str` with the known values as constants, Build fields other than `id` are optional,
+and unknown fields are ignored by the converter in `_convert.py`, the only place that knows
+wire names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+import attrs
+
+__all__ = [
+    "ActionResult",
+    "ApiKey",
+    "ArtifactState",
+    "Build",
+    "BuildFailure",
+    "BuildResources",
+    "BuildStatus",
+    "BuildTrigger",
+    "CustomResources",
+    "DownloadResult",
+    "EnvVar",
+    "FileEntry",
+    "Image",
+    "LogEntry",
+    "LogLevel",
+    "LogPage",
+    "OAuthToken",
+    "Organization",
+    "Page",
+    "PartitionEntry",
+    "PresetResources",
+    "Resources",
+    "ShellResult",
+    "TemplateCreated",
+    "TemplateCredential",
+    "V1Template",
+]
+
+T = TypeVar("T")
+
+
+class BuildStatus:
+    """Build status values seen so far; the full set is not shown, so statuses stay `str`."""
+
+    WAITING = "waiting"
+
+
+class BuildTrigger:
+    """Build trigger values seen so far."""
+
+    INITIAL_BUILD = "initial_build"
+
+
+class ArtifactState:
+    """Build artifact states seen so far."""
+
+    ABSENT = "absent"
+
+
+class LogLevel:
+    """The four log levels the interface lists."""
+
+    DEBUG = "debug"
+    INFO = "info"
+    WARN = "warn"
+    ERROR = "error"
+    ALL = ("debug", "info", "warn", "error")
+
+
+# --- v2 control plane -----------------------------------------------------------------------
+
+
+@attrs.frozen
+class CustomResources:
+    """Custom template resources: at most 16 vCPU, 65536 MiB memory, 65536 MiB boot disk."""
+
+    cpu_count: int
+    memory_mb: int
+    disk_size_mb: int
+    architecture: str | None = "x86_64"
+
+
+@attrs.frozen
+class PresetResources:
+    """Preset template resources: a catalog SKU, used as configured."""
+
+    product: str
+
+
+Resources = CustomResources | PresetResources
+
+
+@attrs.frozen
+class TemplateCreated:
+    """The result of `templates.create`.
+
+    `replayed` is True when the service answered from an earlier request under the same
+    `idempotency_key` (the `Idempotency-Replayed` header).
+    """
+
+    id: str
+    build_id: str
+    status: str
+    replayed: bool = False
+    idempotency_key: str | None = None
+    request_id: str | None = None
+
+
+@attrs.frozen
+class BuildResources:
+    """Resources recorded on a Build."""
+
+    cpu_count: int | None = None
+    memory_mb: int | None = None
+    disk_size_mb: int | None = None
+    architecture: str | None = None
+
+
+@attrs.frozen
+class BuildFailure:
+    """Why a Build failed, e.g. code `TemplateBuild.OutOfMemory`."""
+
+    code: str | None = None
+    message: str | None = None
+
+
+@attrs.frozen
+class Build:
+    """One immutable build attempt of a Template."""
+
+    id: str
+    template_id: str | None = None
+    trigger: str | None = None
+    status: str | None = None
+    artifact_state: str | None = None
+    source_type: str | None = None
+    resources: BuildResources | None = None
+    created_at: datetime | None = None
+    source: Mapping[str, Any] | None = None
+    product: str | None = None
+    product_name: str | None = None
+    commands: tuple[str, ...] = ()
+    start_cmd: str | None = None
+    failure: BuildFailure | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+    @property
+    def is_finished(self) -> bool:
+        """True once the Build has `finished_at` or a `failure` (the only signals shown)."""
+        return self.finished_at is not None or self.failure is not None
+
+
+@attrs.frozen
+class Page(Generic[T]):
+    """One page of a v2 list."""
+
+    items: tuple[T, ...]
+    total: int
+    page: int
+    page_size: int
+    request_id: str | None = None
+
+
+@attrs.frozen
+class LogEntry:
+    """One Build log line."""
+
+    offset: int
+    level: str
+    message: str
+    timestamp: datetime | None = None
+
+
+@attrs.frozen
+class LogPage:
+    """One page of Build logs."""
+
+    entries: tuple[LogEntry, ...]
+    next_offset: int
+    has_more: bool
+
+
+# --- data plane -----------------------------------------------------------------------------
+
+
+@attrs.frozen
+class FileEntry:
+    """A file written by an upload."""
+
+    path: str
+    name: str
+    type: str
+
+
+@attrs.frozen
+class DownloadResult:
+    """What `files.download` wrote.
+
+    `attempts` counts GET requests, `resumes` the ranged ones among them; `sha256` is the hex
+    digest of the bytes written (None with `checksum=False`); `elapsed` is in seconds.
+    """
+
+    path: Path
+    size: int
+    sha256: str | None
+    attempts: int
+    resumes: int
+    elapsed: float
+
+
+# --- v1 -------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class PartitionEntry:
+    """One entry of an Image's default partition table."""
+
+    file_system: str | None = None
+    mount_point: str | None = None
+    name: str | None = None
+    size: str | None = None
+
+
+@attrs.frozen
+class Image:
+    """An OS image (v1). `boot_mode` and `type` stay `str`: their sets may grow."""
+
+    id: str
+    name: str | None = None
+    supported_products: tuple[str, ...] = ()
+    boot_mode: str | None = None
+    default_partition_table: tuple[PartitionEntry, ...] = ()
+    os_architecture: str | None = None
+    os_series: str | None = None
+    os_version: str | None = None
+    system_disk_size: str | None = None
+    icon: str | None = None
+    path: str | None = None
+    idc: str | None = None
+    org_id: str | None = None
+    created_at: datetime | None = None
+    type: str | None = None
+
+
+@attrs.frozen
+class TemplateCredential:
+    """Credentials of a v1 Template; the secret never shows in a repr."""
+
+    secret: str = attrs.field(default="", repr=False)
+    username: str = ""
+
+
+@attrs.frozen
+class V1Template:
+    """A catalog Template (v1). `status` is `draft`, `published` or `unpublished` so far."""
+
+    id: str
+    official: bool | None = None
+    name: str | None = None
+    path: str | None = None
+    org_id: str | None = None
+    credential: TemplateCredential | None = None
+    description: str = ""
+    status: str | None = None
+
+
+@attrs.frozen
+class Organization:
+    """An organization (v1)."""
+
+    name: str
+
+
+@attrs.frozen
+class ApiKey:
+    """A freshly created API key. The service shows it once; it never shows in a repr."""
+
+    key: str = attrs.field(repr=False)
+
+
+@attrs.frozen
+class OAuthToken:
+    """The access token from an OAuth code exchange; never shown in a repr."""
+
+    access_token: str = attrs.field(repr=False)
+
+
+@attrs.frozen
+class ActionResult:
+    """The `result` of a v1 infrastructure action."""
+
+    result: str
+
+
+@attrs.frozen
+class ShellResult:
+    """Where to open a container shell."""
+
+    url_path: str
+
+
+@attrs.frozen
+class EnvVar:
+    """An environment entry of a container create request."""
+
+    name: str
+    value: str = attrs.field(repr=False)

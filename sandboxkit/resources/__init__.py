@@ -1,0 +1,1 @@
+"""One class per resource family; each method is one operation, kept thin."""

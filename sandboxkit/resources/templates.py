@@ -1,0 +1,302 @@
+"""v2 control plane: Templates and their Builds."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from typing import Any
+
+import attrs
+
+from .. import _protocol as proto
+from .. import _validation as check
+from .._calls import Calls, decode_reply
+from .._config import Timeout
+from .._convert import unstructure
+from .._cursors import BuildCursor, LogCursor
+from .._retry import RetryPolicy
+from ..errors import BuildFailedError, ResponseDecodeError, ValidationError
+from ..models import Build, LogEntry, LogPage, Page, Resources, TemplateCreated
+from ._common import AsyncStream
+
+__all__ = ["BuildPager", "Templates"]
+
+
+@attrs.frozen
+class _CallOptions:
+    timeout: Timeout | None = None
+    retry: RetryPolicy | None = None
+
+
+class BuildPager:
+    """Builds of a Template, newest first: `async for` over Builds, `.pages()` over Pages."""
+
+    def __init__(
+        self, calls: Calls, template_id: str, page_size: int, options: _CallOptions
+    ) -> None:
+        self._calls = calls
+        self._template_id = template_id
+        self._page_size = page_size
+        self._options = options
+
+    def __repr__(self) -> str:
+        return f"BuildPager(template_id={self._template_id!r}, page_size={self._page_size})"
+
+    async def _fetch(self, cursor: BuildCursor) -> Page[Build]:
+        request = proto.ApiRequest(
+            "GET",
+            proto.builds_path(self._template_id),
+            operation="templates.builds",
+            surface="v2",
+            idempotent=True,
+            params=cursor.params(),
+        )
+        reply = await self._calls.send(
+            request, timeout=self._options.timeout, retry=self._options.retry
+        )
+        page = decode_reply(reply, reply.payload, Page[Build])
+        return attrs.evolve(page, request_id=reply.request_id)
+
+    async def _pages(self) -> AsyncGenerator[Page[Build], None]:
+        cursor = BuildCursor(page_size=self._page_size)
+        while not cursor.done:
+            page = await self._fetch(cursor)
+            cursor.feed(page)
+            yield page
+
+    def pages(self) -> AsyncStream[Page[Build]]:
+        """Iterate over whole pages as the service returns them."""
+        return AsyncStream(self._pages())
+
+    async def _items(self) -> AsyncGenerator[Build, None]:
+        cursor = BuildCursor(page_size=self._page_size)
+        while not cursor.done:
+            page = await self._fetch(cursor)
+            for build in cursor.feed(page):
+                yield build
+
+    def __aiter__(self) -> AsyncIterator[Build]:
+        return AsyncStream(self._items())
+
+
+class Templates:
+    """Templates and Builds on the v2 control plane."""
+
+    def __init__(self, calls: Calls) -> None:
+        self._calls = calls
+
+    async def create(
+        self,
+        *,
+        name: str,
+        resources: Resources,
+        description: str | None = None,
+        idc_name: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        build: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        timeout: Timeout | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> TemplateCreated:
+        """Create a Template and its initial Build.
+
+        With `build` the Build starts at once (combined flow); without it the Build waits for
+        `start_build` (split flow, 422 in data centers that do not support it). The call is
+        idempotent: one key (a fresh UUID4 unless given) is reused on every retry.
+
+        Args:
+            name: 1-64 characters of letters, digits, `_`, `-`.
+            resources: `CustomResources` or `PresetResources`.
+            description: at most 256 characters.
+            idc_name: the owning data center; None or blank selects the org's default.
+            labels: string labels for filtering.
+            build: the initial Build definition, passed through as given.
+            idempotency_key: 1-64 printable ASCII characters without whitespace.
+
+        Raises:
+            ValidationError: bad input, before any request.
+            IdempotencyMismatchError: the key was used with a different body.
+            IdempotencyKeyConsumedError: the key's Template was deleted.
+        """
+        body = {
+            "name": check.check_template_name(name),
+            "resources": unstructure(check.check_resources(resources)),
+            "description": check.check_description(description),
+            "idc_name": idc_name,
+            "labels": check.check_labels(labels),
+            "build": dict(build) if build is not None else None,
+        }
+        key = check.check_idempotency_key(
+            idempotency_key if idempotency_key is not None else str(uuid.uuid4())
+        )
+        request = proto.ApiRequest(
+            "POST",
+            proto.TEMPLATES_PATH,
+            operation="templates.create",
+            surface="v2",
+            idempotent=True,  # safe to resend: the key makes the service answer once
+            json={k: v for k, v in body.items() if v is not None},
+            headers={proto.IDEMPOTENCY_KEY: key},
+        )
+        reply = await self._calls.send(request, timeout=timeout, retry=retry)
+        data = proto.unwrap_v2(reply.payload)
+        if not isinstance(data, dict):
+            raise ResponseDecodeError(
+                "templates.create: no data object in the answer",
+                status=reply.status,
+                request_id=reply.request_id,
+            )
+        created = decode_reply(reply, data, TemplateCreated)
+        replayed = reply.headers.get(proto.IDEMPOTENCY_REPLAYED, "").lower() == "true"
+        return attrs.evolve(
+            created,
+            replayed=replayed,
+            idempotency_key=reply.headers.get(proto.IDEMPOTENCY_KEY) or key,
+            request_id=reply.request_id,
+        )
+
+    async def start_build(
+        self,
+        template_id: str,
+        build_id: str,
+        *,
+        timeout: Timeout | None = None,
+    ) -> Any:
+        """Start a waiting Build (split flow). Never retried: a retry could start it twice.
+
+        Returns the answer's `data` as the service sends it (its shape is not shown).
+        """
+        request = proto.ApiRequest(
+            "POST",
+            proto.build_path(_id("template_id", template_id), _id("build_id", build_id)),
+            operation="templates.start_build",
+            surface="v2",
+            idempotent=False,
+        )
+        reply = await self._calls.send(request, timeout=timeout)
+        return proto.unwrap_v2(reply.payload)
+
+    def builds(
+        self,
+        template_id: str,
+        *,
+        page_size: int = 20,
+        timeout: Timeout | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> BuildPager:
+        """Builds of a Template, newest first, fetched lazily page by page.
+
+        Example::
+
+            async for build in client.templates.builds(template_id, page_size=50):
+                print(build.id, build.status)
+        """
+        return BuildPager(
+            self._calls,
+            _id("template_id", template_id),
+            check.check_page_size(page_size),
+            _CallOptions(timeout, retry),
+        )
+
+    async def get_build(
+        self,
+        template_id: str,
+        build_id: str,
+        *,
+        timeout: Timeout | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> Build | None:
+        """Find one Build by scanning the list (the interface shows no single-Build read)."""
+        async for build in self.builds(template_id, page_size=100, timeout=timeout, retry=retry):
+            if build.id == build_id:
+                return build
+        return None
+
+    def build_logs(
+        self,
+        template_id: str,
+        build_id: str,
+        *,
+        level: str | None = None,
+        offset: int = 0,
+        limit: int = 100,
+        follow: bool = False,
+        poll_interval: float = 0.5,
+        max_poll_interval: float = 5.0,
+        raise_on_failure: bool = False,
+        timeout: Timeout | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> AsyncStream[LogEntry]:
+        """Log entries of a Build, following `next_offset` while `has_more`.
+
+        With `follow=True` it keeps polling (backing off from `poll_interval` to
+        `max_poll_interval`) until the Build has `finished_at` or a `failure`, then drains what
+        is left; `raise_on_failure` then raises `BuildFailedError` for a failed Build.
+        """
+        cursor = LogCursor(
+            offset=check.check_log_offset(offset),
+            limit=check.check_log_limit(limit),
+            level=check.check_log_level(level),
+            following=follow,
+        )
+        ids = (_id("template_id", template_id), _id("build_id", build_id))
+        options = _CallOptions(timeout, retry)
+        return AsyncStream(
+            self._logs(
+                ids, cursor, follow, (poll_interval, max_poll_interval), raise_on_failure, options
+            )
+        )
+
+    async def _log_page(
+        self, ids: tuple[str, str], cursor: LogCursor, options: _CallOptions
+    ) -> LogPage:
+        request = proto.ApiRequest(
+            "GET",
+            proto.build_logs_path(*ids),
+            operation="templates.build_logs",
+            surface="v2",
+            idempotent=True,
+            params=cursor.params(),
+        )
+        reply = await self._calls.send(request, timeout=options.timeout, retry=options.retry)
+        return decode_reply(reply, proto.unwrap_v2(reply.payload), LogPage)
+
+    async def _logs(
+        self,
+        ids: tuple[str, str],
+        cursor: LogCursor,
+        follow: bool,
+        intervals: tuple[float, float],
+        raise_on_failure: bool,
+        options: _CallOptions,
+    ) -> AsyncGenerator[LogEntry, None]:
+        delay, max_delay = intervals
+        finished: Build | None = None
+        while True:
+            entries, more = cursor.feed(await self._log_page(ids, cursor, options))
+            for entry in entries:
+                yield entry
+            if entries:
+                delay = intervals[0]
+            if more:
+                continue
+            if not follow or finished is not None:
+                break
+            build = await self.get_build(*ids, timeout=options.timeout, retry=options.retry)
+            if build is None or build.is_finished:
+                finished = build or Build(id=ids[1])
+                continue  # one last drain: entries written just before the end
+            await self._calls.sleep(delay)
+            delay = min(max_delay, delay * 2)
+        if raise_on_failure and finished is not None and finished.failure is not None:
+            raise BuildFailedError(
+                build_id=finished.id,
+                code=finished.failure.code,
+                message=finished.failure.message,
+            )
+
+
+def _id(argument: str, value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValidationError(f"{argument} must be a non-empty string, got {value!r}")
+    return value
