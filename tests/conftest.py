@@ -1,0 +1,159 @@
+"""Shared fixtures: a small scriptable aiohttp.web server on 127.0.0.1 and a fake sleep."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import attrs
+import pytest
+from aiohttp import web
+
+import sandboxkit
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@attrs.frozen
+class Seen:
+    """One request the test server received."""
+
+    method: str
+    path: str
+    query: dict[str, str]
+    headers: dict[str, str]
+    body: bytes
+
+
+class ScriptServer:
+    """A real HTTP server whose answers a test scripts, route by route, in order."""
+
+    def __init__(self) -> None:
+        self.seen: list[Seen] = []
+        self._scripts: dict[tuple[str, str], list[Handler]] = {}
+        self._fallback: dict[tuple[str, str], Handler] = {}
+        self.runner: web.AppRunner | None = None
+        self.url = ""
+
+    def on(self, method: str, path: str, *handlers: Handler) -> None:
+        """Answer the next requests to (method, path) with `handlers` in order."""
+        self._scripts.setdefault((method, path), []).extend(handlers)
+
+    def always(self, method: str, path: str, handler: Handler) -> None:
+        """Answer every request to (method, path) not covered by a script."""
+        self._fallback[(method, path)] = handler
+
+    def requests(self, method: str | None = None, path: str | None = None) -> list[Seen]:
+        """What was received, optionally filtered."""
+        return [
+            s
+            for s in self.seen
+            if (method is None or s.method == method) and (path is None or s.path == path)
+        ]
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        self.seen.append(
+            Seen(
+                request.method,
+                request.rel_url.raw_path,
+                dict(request.query),
+                dict(request.headers),
+                body,
+            )
+        )
+        key = (request.method, request.rel_url.raw_path)
+        script = self._scripts.get(key)
+        if script:
+            return await script.pop(0)(request)
+        if key in self._fallback:
+            return await self._fallback[key](request)
+        return json_answer({"code": "Resource.NotFound", "message": "no route"}, status=404)
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self.runner = web.AppRunner(app, access_log=None)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.url = f"http://127.0.0.1:{port}"
+
+    async def stop(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+
+
+def json_answer(
+    payload: Any, status: int = 200, headers: dict[str, str] | None = None
+) -> web.Response:
+    """A JSON answer."""
+    return web.Response(
+        body=json.dumps(payload).encode(),
+        status=status,
+        headers=headers,
+        content_type="application/json",
+    )
+
+
+def answer(payload: Any, status: int = 200, headers: dict[str, str] | None = None) -> Handler:
+    """A handler that always gives this JSON answer."""
+
+    async def handler(_: web.Request) -> web.StreamResponse:
+        return json_answer(payload, status, headers)
+
+    return handler
+
+
+def raw(body: bytes, status: int = 200, content_type: str = "application/json") -> Handler:
+    """A handler that answers these exact bytes."""
+
+    async def handler(_: web.Request) -> web.StreamResponse:
+        return web.Response(body=body, status=status, content_type=content_type)
+
+    return handler
+
+
+def v2_error(status: int, code: str, message: str = "nope", **extra: Any) -> Handler:
+    """A handler answering a v2 error body."""
+    return answer({"code": code, "message": message, "request_id": "req-err", **extra}, status)
+
+
+class FakeSleep:
+    """Records requested delays instead of waiting."""
+
+    def __init__(self) -> None:
+        self.delays: list[float] = []
+
+    async def __call__(self, delay: float) -> None:
+        self.delays.append(delay)
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[ScriptServer]:
+    srv = ScriptServer()
+    await srv.start()
+    yield srv
+    await srv.stop()
+
+
+API_KEY = "sk-test-SECRET-0123456789"
+
+
+@pytest.fixture
+async def client(server: ScriptServer) -> AsyncIterator[sandboxkit.Client]:
+    async with sandboxkit.Client(
+        api_key=API_KEY,
+        base_url=server.url,
+        retry=sandboxkit.RetryPolicy(max_attempts=3, initial_backoff=0.01, max_backoff=0.01),
+    ) as c:
+        yield c
+
+
+@pytest.fixture
+def fake_sleep(client: sandboxkit.Client) -> FakeSleep:
+    sleeper = FakeSleep()
+    client._calls.sleep = sleeper
+    return sleeper

@@ -1,0 +1,330 @@
+"""Pure modules, table-driven, no event loop: errors, retry math, cursors, converter."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from datetime import UTC, datetime
+
+import pytest
+
+import sandboxkit
+from sandboxkit import _protocol as proto
+from sandboxkit import models
+from sandboxkit._convert import converter, strict_converter, structure, unstructure
+from sandboxkit._cursors import BuildCursor, LogCursor
+from sandboxkit._retry import (
+    ConcurrencyWindow,
+    RetryBudget,
+    RetryPolicy,
+    backoff_delay,
+    is_retryable,
+    parse_retry_after,
+    retry_delay,
+)
+from sandboxkit.errors import APIConnectionError, APITimeoutError, ValidationError
+
+NOW = datetime(2026, 11, 23, 12, 0, 0, tzinfo=UTC).timestamp()
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "surface", "cls", "code", "group"),
+    [
+        (
+            400,
+            {"code": "Sandbox.IdempotentParameterMismatch", "message": "m"},
+            "v2",
+            sandboxkit.IdempotencyMismatchError,
+            "Sandbox.IdempotentParameterMismatch",
+            None,
+        ),
+        (
+            409,
+            {"code": "Sandbox.IdempotentKeyConsumed", "message": "m"},
+            "v2",
+            sandboxkit.IdempotencyKeyConsumedError,
+            "Sandbox.IdempotentKeyConsumed",
+            None,
+        ),
+        (
+            429,
+            {"code": "Resource.QuotaExceeded", "message": "m"},
+            "v2",
+            sandboxkit.QuotaExceededError,
+            "Resource.QuotaExceeded",
+            None,
+        ),
+        (418, {"code": "Odd.Code", "message": "m"}, "v2", sandboxkit.APIError, "Odd.Code", None),
+        (599, {}, "v2", sandboxkit.InternalServerError, None, None),
+        (
+            400,
+            {"group": "oauth", "code": 1200, "message": "m"},
+            "v1",
+            sandboxkit.BadRequestError,
+            1200,
+            "oauth",
+        ),
+        (
+            404,
+            {"group": "organization", "code": 2, "message": "m"},
+            "v1",
+            sandboxkit.NotFoundError,
+            2,
+            "organization",
+        ),
+        (
+            500,
+            {"group": "organization", "code": 1201, "message": "m", "traces": ["t"]},
+            "v1",
+            sandboxkit.InternalServerError,
+            1201,
+            "organization",
+        ),
+        # A v2-looking code on the data plane is never parsed: the status decides.
+        (
+            400,
+            {"message": "m", "code": "Sandbox.IdempotentKeyConsumed"},
+            "data",
+            sandboxkit.BadRequestError,
+            None,
+            None,
+        ),
+        (502, {"message": "backend"}, "data", sandboxkit.BadGatewayError, None, None),
+        (416, {"message": "m"}, "data", sandboxkit.RangeNotSatisfiableError, None, None),
+        (413, {"message": "m"}, "data", sandboxkit.PayloadTooLargeError, None, None),
+        (415, {"message": "m"}, "data", sandboxkit.UnsupportedMediaTypeError, None, None),
+        (403, {"message": "m"}, "data", sandboxkit.PermissionDeniedError, None, None),
+        (504, {"message": "m"}, "data", sandboxkit.GatewayTimeoutError, None, None),
+        (302, {}, "data", sandboxkit.APIError, None, None),
+    ],
+)
+def test_decode_error_table(
+    status: int, body: dict[str, object], surface: str, cls: type, code: object, group: object
+) -> None:
+    """Each error body format maps to its class, code and group."""
+    err = proto.decode_error(status, json.dumps(body).encode(), {}, surface)  # type: ignore[arg-type]
+    assert type(err) is cls
+    assert (err.status, err.code, err.group, err.surface) == (status, code, group, surface)
+
+
+def test_decode_v1_validation_body() -> None:
+    """A v1 validation body is the status class with group request, code 0 and records."""
+    body = {
+        "group": "request",
+        "code": 0,
+        "validationDetail": [
+            {"field": "orgId", "expression": "uuid", "originalValue": "x", "reason": "bad"}
+        ],
+    }
+    err = proto.decode_error(400, json.dumps(body).encode(), {}, "v1")
+    assert type(err) is sandboxkit.BadRequestError
+    assert (err.group, err.code) == ("request", 0)
+    assert err.validation_detail == (sandboxkit.ValidationDetail("orgId", "uuid", "x", "bad"),)
+    assert "orgId" in err.message
+
+
+@pytest.mark.parametrize("body", [b"", b"not json", b"[1]", b'"str"', b"{", b"\xff\xfe"])
+def test_decode_error_survives_any_body(body: bytes) -> None:
+    """Bodies that are empty, not JSON or of the wrong shape still give the status class."""
+    err = proto.decode_error(404, body, {"X-Request-ID": "hdr"}, "v2")
+    assert type(err) is sandboxkit.NotFoundError
+    assert err.message == "HTTP 404"
+    assert err.request_id == "hdr"
+
+
+def test_errors_pickle_with_their_fields() -> None:
+    """Errors cross process boundaries intact (batch and Dask results carry them)."""
+    err = proto.decode_error(
+        429, b'{"code":"x","message":"m","request_id":"r"}', {}, "v2", retry_after=2.0
+    )
+    clone = pickle.loads(pickle.dumps(err))
+    assert type(clone) is sandboxkit.RateLimitError
+    assert (clone.status, clone.code, clone.request_id, clone.retry_after) == (429, "x", "r", 2.0)
+    conn = pickle.loads(pickle.dumps(APIConnectionError("boom", operation="op")))
+    assert (conn.message, conn.operation) == ("boom", "op")
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("1", 1.0),
+        ("0", 0.0),
+        ("2.5", 2.5),
+        ("-3", None),
+        ("nan", None),
+        ("inf", None),
+        ("soon", None),
+        ("", None),
+        (None, None),
+        ("Mon, 23 Nov 2026 12:00:30 GMT", 30.0),
+        ("Mon, 23 Nov 2026 11:00:00 GMT", 0.0),
+    ],
+)
+def test_parse_retry_after(value: str | None, expected: float | None) -> None:
+    """Retry-After is delta-seconds or an HTTP date; garbage and negatives are ignored."""
+    assert parse_retry_after(value, NOW) == expected
+
+
+def test_backoff_is_full_jitter_capped() -> None:
+    """The delay is rand() times min(max_backoff, initial * 2**(n-1))."""
+    policy = RetryPolicy(initial_backoff=0.5, max_backoff=3.0)
+    assert [backoff_delay(policy, n, lambda: 1.0) for n in (1, 2, 3, 4, 5)] == [
+        0.5,
+        1.0,
+        2.0,
+        3.0,
+        3.0,
+    ]
+    assert backoff_delay(policy, 3, lambda: 0.25) == 0.5
+
+
+def test_retry_after_wins_up_to_the_cap() -> None:
+    """A server delay within max_retry_after is used as is; beyond it, no retry."""
+    policy = RetryPolicy(max_retry_after=60.0)
+    assert retry_delay(policy, 1, 7.0, lambda: 0.0) == 7.0
+    assert retry_delay(policy, 1, 61.0, lambda: 0.0) is None
+    assert retry_delay(RetryPolicy.no_delay(), 1, 61.0, lambda: 1.0) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("error", "retryable"),
+    [
+        (proto.decode_error(429, b"", {}, "v2"), True),
+        (proto.decode_error(502, b"", {}, "data"), True),
+        (proto.decode_error(503, b"", {}, "v1"), True),
+        (proto.decode_error(504, b"", {}, "v2"), True),
+        (proto.decode_error(500, b"", {}, "v2"), False),
+        (proto.decode_error(409, b'{"code":"Sandbox.IdempotentKeyConsumed"}', {}, "v2"), False),
+        (proto.decode_error(404, b"", {}, "data"), False),
+        (APIConnectionError("x"), True),
+        (APITimeoutError("x"), True),
+        (ValidationError("x"), False),
+    ],
+)
+def test_is_retryable(error: sandboxkit.SandboxKitError, retryable: bool) -> None:
+    """Only 429/502/503/504 and connection failures are retryable by default."""
+    assert is_retryable(error, RetryPolicy()) is retryable
+
+
+def test_budget_spends_and_refunds() -> None:
+    """The retry budget empties under failures and refills on success."""
+    budget = RetryBudget(capacity=12, retry_cost=5, timeout_cost=10)
+    assert budget.try_spend(connection_failure=False) == 5
+    assert budget.try_spend(connection_failure=False) == 5
+    assert budget.try_spend(connection_failure=False) is None
+    assert budget.tokens == 2
+    budget.refund(10)
+    assert budget.tokens == 12
+    assert budget.try_spend(connection_failure=True) == 10
+    budget.refund(0)
+    assert budget.tokens == 3
+
+
+def test_window_halves_on_throttle_and_grows_back() -> None:
+    """AIMD: a 429 halves the host window, successes grow it back to the maximum."""
+    window = ConcurrencyWindow(maximum=8)
+    assert [window.on_throttled() for _ in range(4)] == [4, 2, 1, 1]
+    for _ in range(200):
+        window.on_success()
+    assert window.allowed == 8
+
+
+def test_build_cursor_stops_at_total() -> None:
+    """The cursor asks page 1, 2, 3 for 45 items by 20, then is done."""
+    cursor = BuildCursor(page_size=20)
+    asked = []
+    while not cursor.done:
+        asked.append(dict(cursor.params())["page"])
+        n = min(20, 45 - (cursor.page - 1) * 20)
+        items = tuple(models.Build(id=f"{cursor.page}-{i}") for i in range(n))
+        cursor.feed(models.Page(items=items, total=45, page=cursor.page, page_size=20))
+    assert asked == ["1", "2", "3"]
+
+
+def test_log_cursor_guards() -> None:
+    """Stuck cursors raise after a few empty pages unless following."""
+    entry = models.LogEntry(offset=0, level="info", message="m")
+    cursor = LogCursor(offset=0, limit=10)
+    assert cursor.feed(models.LogPage((entry,), 1, True)) == ((entry,), True)
+    stuck = models.LogPage((), 1, True)
+    cursor.feed(stuck)
+    cursor.feed(stuck)
+    with pytest.raises(sandboxkit.PaginationError):
+        cursor.feed(stuck)
+    follower = LogCursor(offset=1, limit=10, following=True)
+    for _ in range(10):
+        assert follower.feed(stuck) == ((), False)
+
+
+def test_models_round_trip_and_ignore_unknown_fields() -> None:
+    """Records parse with unknown fields and round-trip through the converter."""
+    wire = {
+        "id": "b",
+        "status": "new-status",
+        "created_at": "2026-01-01T00:00:00Z",
+        "resources": {"cpu_count": 2},
+        "unknown": 1,
+    }
+    build = structure(wire, models.Build)
+    assert build.created_at == datetime(2026, 1, 1, tzinfo=UTC)
+    assert structure(converter.unstructure(build), models.Build) == build
+
+
+def test_v1_names_map_to_snake_case() -> None:
+    """v1 camelCase and PascalCase names map to snake_case attributes and back."""
+    wire = {
+        "id": "i",
+        "supportedProducts": ["p"],
+        "BootMode": "UEFI",
+        "DefaultPartitionTable": [
+            {"fileSystem": "ext4", "mountPoint": "/", "name": "r", "size": "1"}
+        ],
+        "OSArchitecture": "x86_64",
+        "OSSeries": "ubuntu",
+        "OSVersion": "24.04",
+        "SystemDiskSize": "40",
+        "orgId": "o",
+        "createdAt": "2026-01-01T00:00:00Z",
+        "type": "Odd",
+    }
+    image = strict_converter.structure(wire, models.Image)
+    assert image.boot_mode == "UEFI" and image.os_series == "ubuntu" and image.org_id == "o"
+    assert image.default_partition_table[0].mount_point == "/"
+    back = converter.unstructure(image)
+    assert back["supportedProducts"] == ["p"] and back["createdAt"] == "2026-01-01T00:00:00Z"
+
+
+def test_resources_unstructure_tagged() -> None:
+    """Resources carry their `type` tag on the wire and parse back by it."""
+    custom = models.CustomResources(2, 2048, 4096)
+    assert unstructure(custom)["type"] == "custom"
+    assert structure(unstructure(custom), models.Resources) == custom  # type: ignore[arg-type]
+    preset = models.PresetResources("sku")
+    assert unstructure(preset) == {"type": "preset", "product": "sku"}
+
+
+def test_secret_fields_stay_out_of_reprs() -> None:
+    """Keys, tokens and credentials never show in a repr."""
+    for value in (
+        models.ApiKey(key="SECRET"),
+        models.OAuthToken(access_token="SECRET"),
+        models.TemplateCredential(secret="SECRET", username="u"),
+    ):
+        assert "SECRET" not in repr(value)
+
+
+@pytest.mark.parametrize(
+    ("value", "parsed"),
+    [
+        ("bytes 0-9/10", proto.ContentRange(0, 9, 10)),
+        ("bytes 5-9/*", proto.ContentRange(5, 9, None)),
+        ("bytes 9-5/10", None),
+        ("bytes 0-10/10", None),
+        ("items 0-1/2", None),
+        ("bytes */10", None),
+        ("", None),
+    ],
+)
+def test_parse_content_range(value: str, parsed: proto.ContentRange | None) -> None:
+    """Content-Range parses strictly; malformed or inconsistent ones are None."""
+    assert proto.parse_content_range(value) == parsed

@@ -1,0 +1,143 @@
+"""House rules checked mechanically: downward imports only, pure modules, complete __all__."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import pkgutil
+from pathlib import Path
+
+import pytest
+
+import sandboxkit
+from sandboxkit import errors, models
+
+ROOT = Path(sandboxkit.__file__).parent
+
+# Higher layers may import lower ones and their own, never the reverse (DESIGN section 3).
+LAYERS: list[tuple[str, ...]] = [
+    (
+        "errors",
+        "models",
+        "_convert",
+        "_protocol",
+        "_retry",
+        "_validation",
+        "_cursors",
+        "_config",
+        "_version",
+        "_resume",
+    ),
+    ("_transport",),
+    ("_calls",),
+    ("resources",),
+    ("client",),
+    ("batch", "sync", "_config_pickle", "__init__"),
+    ("emulator", "dask"),
+    ("cli",),
+]
+PURE = LAYERS[0]
+
+
+def layer_of(module: str) -> int:
+    top = module.split(".")[0]
+    for rank, names in enumerate(LAYERS):
+        if top in names:
+            return rank
+    raise AssertionError(f"sandboxkit.{module} has no layer in tests/test_structure.py")
+
+
+def modules() -> list[tuple[str, Path]]:
+    found = []
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT).with_suffix("")
+        found.append((".".join(rel.parts), path))
+    return found
+
+
+def imported_sandboxkit_modules(module: str, path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    package = module.split(".")[:-1] if path.name != "__init__.py" else module.split(".")
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - (node.level - 1)]
+                target = ".".join([*base, *(node.module.split(".") if node.module else [])])
+                if not node.module:
+                    out.update(f"{target}.{a.name}".strip(".") for a in node.names)
+                else:
+                    out.add(target)
+            elif node.module and node.module.startswith("sandboxkit."):
+                out.add(node.module.removeprefix("sandboxkit."))
+        elif isinstance(node, ast.Import):
+            out.update(
+                a.name.removeprefix("sandboxkit.")
+                for a in node.names
+                if a.name.startswith("sandboxkit.")
+            )
+    return {m for m in out if m and m != "__init__"}
+
+
+@pytest.mark.parametrize(("module", "path"), modules(), ids=[m for m, _ in modules()])
+def test_imports_point_downward(module: str, path: Path) -> None:
+    """No module imports one from a higher layer."""
+    if module.endswith("__main__") or module == "__init__":
+        return
+    own = layer_of(module)
+    for target in imported_sandboxkit_modules(module, path):
+        if target.split(".")[0] == module.split(".")[0]:
+            continue
+        assert layer_of(target) <= own, f"{module} imports higher layer {target}"
+
+
+@pytest.mark.parametrize("name", [n for n in PURE if (ROOT / f"{n}.py").exists()])
+def test_pure_modules_never_await_nor_touch_io_libraries(name: str) -> None:
+    """The protocol core has no async code and does not import aiohttp, anyio or asyncio."""
+    tree = ast.parse((ROOT / f"{name}.py").read_text())
+    for node in ast.walk(tree):
+        assert not isinstance(node, ast.AsyncFunctionDef | ast.Await), f"{name} awaits"
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]
+            assert not any(
+                n and n.split(".")[0] in {"aiohttp", "anyio", "asyncio"} for n in names
+            ), f"{name} imports an I/O library"
+
+
+def test_aiohttp_only_at_the_boundary() -> None:
+    """aiohttp is imported only by _transport, client (resolver type) and the emulator."""
+    allowed = {"_transport", "client"}
+    for module, path in modules():
+        if module.split(".")[0] in {"emulator", "cli", "sync", "dask"} or module in allowed:
+            continue
+        text = path.read_text()
+        assert "import aiohttp" not in text and "from aiohttp" not in text, module
+
+
+def isort_key(name: str) -> tuple[int, str]:
+    """The order ruff's RUF022 keeps: CONSTANTS, then Classes, then functions."""
+    if name.isupper() or (name.upper() == name and "_" in name):
+        return (0, name)
+    return (1, name) if name[:1].isupper() else (2, name)
+
+
+def test_all_is_sorted_and_complete() -> None:
+    """sandboxkit.__all__ is sorted, resolvable, and exports every error and model."""
+    names = sandboxkit.__all__
+    assert names == sorted(names, key=isort_key)
+    for name in names:
+        assert hasattr(sandboxkit, name), name
+    wanted = (set(errors.__all__) - {"Surface"}) | (set(models.__all__) - {"Resources"})
+    wanted -= {"ArtifactState", "BuildTrigger"}
+    assert wanted <= set(names), wanted - set(names)
+
+
+def test_every_private_module_declares_all() -> None:
+    """Every module under sandboxkit declares a sorted __all__."""
+    for info in pkgutil.walk_packages([str(ROOT)], "sandboxkit."):
+        if info.name.endswith("__main__") or ".emulator" in info.name or info.ispkg:
+            continue
+        module = importlib.import_module(info.name)
+        exported = getattr(module, "__all__", None)
+        assert exported is not None, info.name
+        assert list(exported) == sorted(exported, key=isort_key), info.name
