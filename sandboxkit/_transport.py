@@ -12,7 +12,7 @@ import contextlib
 import ssl as ssl_module
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -32,7 +32,14 @@ from .errors import (
     TransportError,
 )
 
-__all__ = ["BufferedResponse", "HostPool", "HostPools", "StreamingResponse", "Transport"]
+__all__ = [
+    "BufferedResponse",
+    "HostPool",
+    "HostPools",
+    "StreamingResponse",
+    "Transport",
+    "multipart_file",
+]
 
 USER_AGENT = f"sandboxkit/{__version__} aiohttp/{aiohttp.__version__}"
 SSLOption = ssl_module.SSLContext | bool
@@ -119,6 +126,36 @@ class StreamingResponse:
         return data
 
 
+class _StreamedPart(aiohttp.payload.AsyncIterablePayload):
+    """A part streamed from an async iterable whose length may be known up front.
+
+    With the length known the multipart writer can compute the whole body's size, so the
+    request goes out with a `Content-Length` instead of chunked framing.
+    """
+
+    def __init__(self, chunks: AsyncIterable[bytes], size: int | None) -> None:
+        super().__init__(chunks, content_type="application/octet-stream")
+        self._size = size
+
+
+def multipart_file(filename: str, chunks: AsyncIterable[bytes], size: int | None) -> Any:
+    """A `multipart/form-data` body holding exactly one part, `file`, streamed from `chunks`.
+
+    Nothing is buffered: each chunk is written as the connection takes it. Pass the result as
+    `open_stream(data=...)`; it is good for one request only (the chunks are consumed).
+
+    Args:
+        filename: the part's file name (the remote path's base name).
+        chunks: the file's bytes; must yield exactly `size` bytes when `size` is given.
+        size: the byte count when known (sent as `Content-Length`), else None (chunked).
+    """
+    part = _StreamedPart(chunks, size)
+    part.set_content_disposition("form-data", name="file", filename=filename)
+    writer = aiohttp.MultipartWriter("form-data")
+    writer.append_payload(part)
+    return writer
+
+
 @attrs.define(eq=False)
 class HostPool:
     """One sandbox host's session, its AIMD concurrency window, and how busy it is."""
@@ -196,9 +233,14 @@ class HostPools:
             if pool is not None and not pool.closing:
                 self._pools.move_to_end(key)
                 break
-            if len(self._pools) < self._limits.max_sandbox_hosts or await self._evict_one():
+            if len(self._pools) < self._limits.max_sandbox_hosts:
+                # No await between this check and the insert: the bound cannot be overrun.
                 pool = self._open(key)
                 break
+            victim = self._pop_least_recent_idle()
+            if victim is not None:
+                await victim.session.close()
+                continue  # others may have taken the freed place meanwhile: check again
             # Every pool is busy: wait for a request to finish rather than exceed the bound.
             async with self._released:
                 await self._released.wait()
@@ -226,25 +268,25 @@ class HostPools:
         self._pools[key] = pool
         return pool
 
-    async def _evict_one(self) -> bool:
+    def _pop_least_recent_idle(self) -> HostPool | None:
         for key, pool in self._pools.items():
             if pool.in_flight == 0:
                 del self._pools[key]
-                await pool.session.close()
-                return True
-        return False
+                return pool
+        return None
 
     async def close_idle(self) -> int:
         """Close pools unused for `host_idle_seconds`; returns how many were closed."""
         cutoff = self._clock() - self._limits.host_idle_seconds
-        idle = [
-            key
-            for key, pool in self._pools.items()
-            if pool.in_flight == 0 and pool.last_used <= cutoff
-        ]
-        for key in idle:
-            await self._pools.pop(key).session.close()
-        return len(idle)
+        idle = [p for p in self._pools.values() if p.in_flight == 0 and p.last_used <= cutoff]
+        closed = 0
+        for pool in idle:
+            # Between our awaits another task may have used or replaced this pool: re-check.
+            if self._pools.get(pool.key) is pool and pool.in_flight == 0:
+                del self._pools[pool.key]
+                await pool.session.close()
+                closed += 1
+        return closed
 
     async def discard(self, origin: str, token: str) -> None:
         """Drop one host's pool: now if idle, else once its last request ends."""
