@@ -53,6 +53,8 @@ from .models import (
     BuildFailure,
     BuildResources,
     BuildStatus,
+    Container,
+    ContainersCreated,
     CustomResources,
     DownloadResult,
     EnvVar,
@@ -69,9 +71,11 @@ from .models import (
     ShellResult,
     TemplateCreated,
     TemplateCredential,
+    TemplateStatus,
     V1Template,
 )
 from .resources.sandbox import Sandbox
+from .resources.v1_infra import ssh_env
 
 __all__ = [
     "APIConnectionError",
@@ -90,6 +94,8 @@ __all__ = [
     "Client",
     "ClientStateError",
     "ConflictError",
+    "Container",
+    "ContainersCreated",
     "CustomResources",
     "DownloadResult",
     "EnvVar",
@@ -124,6 +130,7 @@ __all__ = [
     "ShellResult",
     "TemplateCreated",
     "TemplateCredential",
+    "TemplateStatus",
     "Timeout",
     "TransportError",
     "UnprocessableEntityError",
@@ -132,4 +139,5 @@ __all__ = [
     "ValidationDetail",
     "ValidationError",
     "__version__",
+    "ssh_env",
 ]

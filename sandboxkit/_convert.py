@@ -6,7 +6,7 @@ keys, for the emulator and the tests that check our models against what the inte
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -37,6 +37,9 @@ _V1_RENAMES: Mapping[type[Any], Mapping[str, str]] = {
     models.V1Template: {"org_id": "orgId"},
     models.OAuthToken: {"access_token": "accessToken"},
     models.ShellResult: {"url_path": "urlPath"},
+    models.ApiKeyRequest: {"expires_at": "expiresAt"},
+    models.ContainerSpec: {"template_id": "templateId"},
+    models.ElasticIpAssociation: {"instance_id": "instanceID"},
 }
 
 _RESOURCE_TYPES: Mapping[str, type[models.CustomResources | models.PresetResources]] = {
@@ -72,14 +75,69 @@ def _structure_resources(value: Any, _: Any) -> models.CustomResources | models.
     return converter.structure(fields, cls)
 
 
+def _structure_container(value: Any, _: type[models.Container]) -> models.Container:
+    # No container field is shown by the interface: keep everything, lift what is plainly there.
+    if not isinstance(value, Mapping):
+        raise TypeError(f"a container record must be an object, not {type(value).__name__}")
+    raw = dict(value)
+    ident, status = raw.get("id"), raw.get("status")
+    return models.Container(
+        id=ident if isinstance(ident, str) else None,
+        status=status if isinstance(status, str) else None,
+        raw=raw,
+    )
+
+
+def _ids_of(value: Any) -> tuple[str, ...]:
+    if isinstance(value, Mapping):
+        ids = value.get("ids")
+        if isinstance(ids, list):
+            return tuple(i for i in ids if isinstance(i, str))
+        ident = value.get("id")
+        return (ident,) if isinstance(ident, str) else ()
+    if isinstance(value, list):
+        return tuple(
+            i for item in value for i in ((item,) if isinstance(item, str) else _ids_of(item))
+        )
+    return ()
+
+
+def _structure_created(value: Any, _: type[models.ContainersCreated]) -> models.ContainersCreated:
+    # The create answer is not shown by the interface; read what is plainly there, keep all.
+    result = value.get("result") if isinstance(value, Mapping) else None
+    return models.ContainersCreated(
+        ids=_ids_of(value),
+        result=result if isinstance(result, str) else None,
+        raw=value,
+    )
+
+
+def _objects_only(cls: Any, structure_fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    # cattrs reads a record with `in` and `[]`, so a string or list where an object belongs
+    # would quietly become a record of defaults (a `credential: "x"` an empty credential).
+    name = getattr(cls, "__name__", str(cls))
+
+    def structure_record(value: Any, type_: Any) -> Any:
+        if not isinstance(value, Mapping):
+            raise TypeError(f"{name} must be an object, not {type(value).__name__}")
+        return structure_fn(value, type_)
+
+    return structure_record
+
+
 def make_converter(*, strict: bool) -> cattrs.Converter:
     """Build a converter; `strict` forbids keys the models do not know."""
     conv = cattrs.Converter(forbid_extra_keys=strict, detailed_validation=strict)
     conv.register_structure_hook(datetime, _structure_datetime)
     conv.register_unstructure_hook(datetime, _unstructure_datetime)
+    conv.register_structure_hook_factory(
+        attrs.has, lambda cls: _objects_only(cls, make_dict_structure_fn(cls, conv))
+    )
     for cls, renames in _V1_RENAMES.items():
         overrides: dict[str, Any] = {n: override(rename=wire) for n, wire in renames.items()}
-        conv.register_structure_hook(cls, make_dict_structure_fn(cls, conv, **overrides))
+        conv.register_structure_hook(
+            cls, _objects_only(cls, make_dict_structure_fn(cls, conv, **overrides))
+        )
         conv.register_unstructure_hook(cls, make_dict_unstructure_fn(cls, conv, **overrides))
     for type_name, cls in _RESOURCE_TYPES.items():
         plain = make_dict_unstructure_fn(cls, conv, _cattrs_omit_if_default=False)
@@ -90,6 +148,10 @@ def make_converter(*, strict: bool) -> cattrs.Converter:
 
         conv.register_unstructure_hook(cls, _tagged)
     conv.register_structure_hook(models.Resources, _structure_resources)
+    conv.register_structure_hook(models.Container, _structure_container)
+    conv.register_unstructure_hook(models.Container, lambda c: dict(c.raw))
+    conv.register_structure_hook(models.ContainersCreated, _structure_created)
+    conv.register_unstructure_hook(models.ContainersCreated, lambda c: c.raw)
     return conv
 
 

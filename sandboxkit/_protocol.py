@@ -23,22 +23,39 @@ __all__ = [
     "CONTENT_RANGE",
     "IDEMPOTENCY_KEY",
     "IDEMPOTENCY_REPLAYED",
+    "IMAGE_NAME_FILTER",
+    "IMAGE_OS_SERIES_FILTER",
     "LOGGED_HEADERS",
     "RANGE",
     "REQUEST_ID",
     "RETRYABLE_STATUSES",
     "RETRY_AFTER",
+    "V1_CONTAINERS_PATH",
+    "V1_ELASTIC_IPS_PATH",
+    "V1_IMAGES_PATH",
+    "V1_OAUTH_TOKEN_PATH",
+    "V1_ORGANIZATIONS_PATH",
+    "V1_TEMPLATES_PATH",
+    "V1_VPCS_PATH",
     "ApiRequest",
     "ContentRange",
+    "api_keys_path",
     "build_logs_path",
     "build_path",
     "builds_path",
+    "container_path",
+    "container_shell_path",
     "data_plane_origin",
     "decode_error",
     "decode_json",
+    "elastic_ip_associate_path",
+    "elastic_ip_path",
+    "organization_path",
     "parse_content_range",
     "segment",
     "unwrap_v2",
+    "v1_template_path",
+    "vpc_path",
 ]
 
 AUTHORIZATION = "Authorization"
@@ -85,6 +102,61 @@ def build_path(template_id: str, build_id: str) -> str:
 def build_logs_path(template_id: str, build_id: str) -> str:
     """Path of a Build's logs."""
     return f"{build_path(template_id, build_id)}/logs"
+
+
+# --- v1 (bodies are not wrapped; ids are single quoted segments) ----------------------------
+
+V1_OAUTH_TOKEN_PATH = f"{V1_PREFIX}/oauth/token"
+V1_IMAGES_PATH = f"{V1_PREFIX}/images"
+V1_TEMPLATES_PATH = f"{V1_PREFIX}/templates"
+V1_CONTAINERS_PATH = f"{V1_PREFIX}/containers"
+V1_ORGANIZATIONS_PATH = f"{V1_PREFIX}/organizations"
+V1_ELASTIC_IPS_PATH = f"{V1_PREFIX}/elastic-ips"
+V1_VPCS_PATH = f"{V1_PREFIX}/vpcs"
+# The interface does not name the two image filters; these are sandboxkit's (and its
+# emulator's) choice: a part of the image `name`, and its `OSSeries`.
+IMAGE_NAME_FILTER = "name"
+IMAGE_OS_SERIES_FILTER = "os_series"
+
+
+def organization_path(org_id: str) -> str:
+    """Path of one organization (GET reads it)."""
+    return f"{V1_ORGANIZATIONS_PATH}/{segment(org_id)}"
+
+
+def api_keys_path(org_id: str) -> str:
+    """Path of an organization's API keys (POST creates one)."""
+    return f"{organization_path(org_id)}/api-keys"
+
+
+def v1_template_path(template_id: str) -> str:
+    """Path of one v1 catalog Template."""
+    return f"{V1_TEMPLATES_PATH}/{segment(template_id)}"
+
+
+def container_path(container_id: str) -> str:
+    """Path of one container (GET reads it, DELETE removes it)."""
+    return f"{V1_CONTAINERS_PATH}/{segment(container_id)}"
+
+
+def container_shell_path(container_id: str) -> str:
+    """Path that opens a shell on a container (POST)."""
+    return f"{container_path(container_id)}/shell"
+
+
+def elastic_ip_path(elastic_ip_id: str) -> str:
+    """Path of one elastic IP (DELETE releases it)."""
+    return f"{V1_ELASTIC_IPS_PATH}/{segment(elastic_ip_id)}"
+
+
+def elastic_ip_associate_path(elastic_ip_id: str) -> str:
+    """Path that associates an elastic IP with an instance (POST)."""
+    return f"{elastic_ip_path(elastic_ip_id)}/associate"
+
+
+def vpc_path(vpc_id: str) -> str:
+    """Path of one VPC (DELETE releases the default VPC)."""
+    return f"{V1_VPCS_PATH}/{segment(vpc_id)}"
 
 
 def data_plane_origin(scheme: str, sandbox_key: str, domain: str) -> str:

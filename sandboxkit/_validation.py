@@ -5,6 +5,7 @@ Each check raises `ValidationError` naming the argument and the rule. Pure: no I
 
 from __future__ import annotations
 
+import base64
 import re
 import uuid
 from collections.abc import Mapping
@@ -15,7 +16,9 @@ from . import models
 from .errors import ValidationError
 
 __all__ = [
+    "check_count",
     "check_description",
+    "check_envs",
     "check_expires_at",
     "check_idempotency_key",
     "check_image_filter",
@@ -25,10 +28,13 @@ __all__ = [
     "check_log_offset",
     "check_page",
     "check_page_size",
+    "check_path_id",
     "check_remote_path",
     "check_resources",
     "check_scope",
+    "check_ssh_public_key",
     "check_template_name",
+    "check_text",
     "check_uuid",
     "check_v1_template_name",
 ]
@@ -36,7 +42,8 @@ __all__ = [
 TEMPLATE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 # Printable ASCII without whitespace is exactly 0x21..0x7E.
 IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,64}")
-IMAGE_FILTER = re.compile(r"[A-Za-z0-9._-]{1,256}")
+IMAGE_FILTER = re.compile(r"[A-Za-z0-9._-]+")
+MAX_IMAGE_FILTER = 256
 V1_TEMPLATE_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.\- ]{0,253}[A-Za-z0-9])?")
 
 MAX_DESCRIPTION = 256
@@ -193,12 +200,18 @@ def check_expires_at(expires_at: Any, now: float) -> int | None:
     return seconds
 
 
-def check_image_filter(argument: str, value: Any) -> str | None:
-    """Letters, digits, `.`, `_`, `-`, at most 256 characters."""
+def check_image_filter(argument: str, value: Any, max_length: int = MAX_IMAGE_FILTER) -> str | None:
+    """Letters, digits, `.`, `_`, `-`, 1 to `max_length` characters (the Image bounds)."""
     if value is None:
         return None
-    if not isinstance(value, str) or not IMAGE_FILTER.fullmatch(value):
-        raise _fail(argument, "must be 1-256 chars of A-Z, a-z, 0-9, '.', '_' or '-'", value)
+    if (
+        not isinstance(value, str)
+        or not IMAGE_FILTER.fullmatch(value)
+        or not 1 <= len(value) <= max_length
+    ):
+        raise _fail(
+            argument, f"must be 1-{max_length} chars of A-Z, a-z, 0-9, '.', '_' or '-'", value
+        )
     return value
 
 
@@ -212,3 +225,97 @@ def check_v1_template_name(name: Any) -> str:
             name,
         )
     return name
+
+
+def _single_line(value: str) -> bool:
+    return not any(ch in value for ch in "\r\n\x00")
+
+
+def check_text(argument: str, value: Any) -> str:
+    """A non-empty single-line string (a field the interface types only as `string`)."""
+    if not isinstance(value, str) or not value or not _single_line(value):
+        raise _fail(argument, "must be a non-empty single-line string", value)
+    return value
+
+
+def check_path_id(argument: str, value: Any) -> str:
+    """An id that goes into a path: non-empty, single-line; `segment()` quotes the rest."""
+    return check_text(argument, value)
+
+
+def check_count(count: Any) -> int:
+    """A container count >= 1 (the interface states no upper bound)."""
+    return _check_int("count", count, 1, None)
+
+
+def check_envs(envs: Any) -> tuple[models.EnvVar, ...]:
+    """Environment entries as `EnvVar`s, or a mapping of names to values; names unique.
+
+    A name is a non-empty string without `=` or NUL (what an environment can hold); a value
+    is any string without NUL. Values never appear in the error message: they may be secret.
+    """
+    if isinstance(envs, Mapping):
+        items: list[Any] = [models.EnvVar(k, v) for k, v in envs.items()]
+    elif isinstance(envs, str | bytes) or not hasattr(envs, "__iter__"):
+        raise ValidationError("envs must be EnvVar entries or a mapping of names to values")
+    else:
+        items = list(envs)
+    seen: set[str] = set()
+    for item in items:
+        if not isinstance(item, models.EnvVar):
+            raise ValidationError("envs: every entry must be a sandboxkit.EnvVar")
+        name, value = item.name, item.value
+        if not isinstance(name, str) or not name or "=" in name or "\x00" in name:
+            raise _fail("envs name", "must be a non-empty string without '=' or NUL", name)
+        if not isinstance(value, str) or "\x00" in value:
+            raise ValidationError(f"envs[{name!r}]: the value must be a string without NUL")
+        if name in seen:
+            raise _fail("envs name", "must be unique", name)
+        seen.add(name)
+    return tuple(items)
+
+
+# Key types OpenSSH writes to a .pub file (ssh-keygen -t ..., FIDO keys included).
+SSH_KEY_TYPES = frozenset(
+    {
+        "ssh-ed25519",
+        "ssh-rsa",
+        "ssh-dss",
+        "ecdsa-sha2-nistp256",
+        "ecdsa-sha2-nistp384",
+        "ecdsa-sha2-nistp521",
+        "sk-ssh-ed25519@openssh.com",
+        "sk-ecdsa-sha2-nistp256@openssh.com",
+    }
+)
+MAX_SSH_PUBLIC_KEY = 16384
+
+
+def check_ssh_public_key(text: Any) -> str:
+    """One OpenSSH public key line: `<type> <base64 blob> [comment]`; returns it stripped.
+
+    The blob must decode and name the same key type, which catches pasted fragments. A
+    private key is refused outright, and no message ever echoes the text: it may be secret.
+    """
+    if not isinstance(text, str):
+        raise ValidationError("the SSH public key must be a string")
+    line = text.strip()
+    if "PRIVATE KEY" in line:
+        raise ValidationError("that is a private SSH key: pass the public key (the .pub file)")
+    if not line or len(line) > MAX_SSH_PUBLIC_KEY or not _single_line(line):
+        raise ValidationError("the SSH public key must be one non-empty line")
+    parts = line.split(maxsplit=2)
+    if len(parts) < 2 or parts[0] not in SSH_KEY_TYPES:
+        raise ValidationError(
+            "not an OpenSSH public key: expected '<type> <base64> [comment]' with a type "
+            "such as ssh-ed25519, ssh-rsa or ecdsa-sha2-nistp256"
+        )
+    try:
+        blob = base64.b64decode(parts[1], validate=True)
+    except ValueError:
+        raise ValidationError("not an OpenSSH public key: the key data is not base64") from None
+    # The blob starts with the key type as an SSH string: uint32 length, then the name.
+    size = int.from_bytes(blob[:4], "big")
+    if blob[4 : 4 + size] != parts[0].encode():
+        raise ValidationError("not an OpenSSH public key: the key data does not match its type")
+    return line

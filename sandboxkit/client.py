@@ -19,6 +19,7 @@ from ._transport import Transport
 from .errors import ValidationError
 from .resources.sandbox import Sandbox
 from .resources.templates import Templates
+from .resources.v1 import V1
 
 __all__ = ["Client"]
 
@@ -104,6 +105,7 @@ class Client:
         )
         self._calls = Calls(self._transport, self.retry, self.timeout)
         self.templates = Templates(self._calls)
+        self.v1 = V1(self._calls)
 
     def __repr__(self) -> str:
         return f"Client(base_url={self.base_url!r})"

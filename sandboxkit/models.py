@@ -24,6 +24,8 @@ __all__ = [
     "BuildResources",
     "BuildStatus",
     "BuildTrigger",
+    "Container",
+    "ContainersCreated",
     "CustomResources",
     "DownloadResult",
     "EnvVar",
@@ -41,6 +43,7 @@ __all__ = [
     "ShellResult",
     "TemplateCreated",
     "TemplateCredential",
+    "TemplateStatus",
     "V1Template",
 ]
 
@@ -220,6 +223,14 @@ class DownloadResult:
 # --- v1 -------------------------------------------------------------------------------------
 
 
+class TemplateStatus:
+    """v1 Template statuses the interface lists; others may appear, so statuses stay `str`."""
+
+    DRAFT = "draft"
+    PUBLISHED = "published"
+    UNPUBLISHED = "unpublished"
+
+
 @attrs.frozen
 class PartitionEntry:
     """One entry of an Image's default partition table."""
@@ -314,3 +325,71 @@ class EnvVar:
 
     name: str
     value: str = attrs.field(repr=False)
+
+
+@attrs.frozen
+class Container:
+    """A container record (v1).
+
+    The interface shows none of its fields, so the whole record is kept in `raw`; `id` and
+    `status` are lifted out of it when the record carries them as strings.
+    """
+
+    id: str | None = None
+    status: str | None = None
+    raw: Mapping[str, Any] = attrs.field(factory=dict, repr=False)
+
+
+@attrs.frozen
+class ContainersCreated:
+    """What a container create answered.
+
+    The interface does not show this body, so it is read leniently: `ids` are the new
+    containers' ids where the answer names them (an `ids` array, an `id`, or records with an
+    `id`), `result` its `result` string if any, and `raw` the whole answer.
+    """
+
+    ids: tuple[str, ...] = ()
+    result: str | None = None
+    raw: Any = attrs.field(default=None, repr=False)
+
+
+# --- v1 request bodies ----------------------------------------------------------------------
+# Built by the resources from keyword arguments and named on the wire by the converter; they
+# are not part of the public API, hence absent from `__all__`.
+
+
+@attrs.frozen
+class OAuthCodeExchange:
+    """Body of the OAuth code exchange."""
+
+    provider: str
+    code: str = attrs.field(repr=False)
+
+
+@attrs.frozen
+class ApiKeyRequest:
+    """Body of an API key creation; `expires_at` is UNIX seconds, None for no expiry."""
+
+    name: str
+    scope: str
+    expires_at: int | None = None
+
+
+@attrs.frozen
+class ContainerSpec:
+    """Body of a container create request (the quick-start shape)."""
+
+    name: str
+    template_id: str
+    count: int
+    product: str
+    idc: str
+    envs: tuple[EnvVar, ...] = ()
+
+
+@attrs.frozen
+class ElasticIpAssociation:
+    """Body of an elastic IP association: the instance to attach it to."""
+
+    instance_id: str
