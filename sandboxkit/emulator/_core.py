@@ -1,0 +1,118 @@
+"""The emulator's shared state, reachable from every route through the application."""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from aiohttp import web
+
+from ._faults import Fault, FaultPlan
+from ._sandboxes import Sandbox, SandboxRegistry
+from ._state import ControlState
+from ._v1state import V1State
+from ._values import Idc, RecordedRequest
+from ._wire import V2Problem
+
+__all__ = ["CORE", "FAULT", "REQUEST_ID", "ROUTES", "SANDBOX", "Core", "RouteTable", "new_api_key"]
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class RouteTable:
+    """Route names by aiohttp route, since aiohttp names resources, not method+path pairs."""
+
+    def __init__(self) -> None:
+        self._names: dict[object, str] = {}
+
+    def add(
+        self, app: web.Application, method: str, path: str, handler: Handler, name: str
+    ) -> None:
+        """Register ``handler`` for ``method path`` under route name ``name``."""
+        route = app.router.add_route(method, path, handler)
+        self._names[route] = name
+
+    def name_of(self, request: web.Request) -> str | None:
+        """The route name of ``request``, None when no route matched."""
+        return self._names.get(request.match_info.route)
+
+
+class Core:
+    """Everything the routes share: data centers, state, fault plan, journal."""
+
+    def __init__(
+        self,
+        *,
+        idcs: list[Idc],
+        default_idc: str | None,
+        api_key: str,
+        clock: Callable[[], float],
+        build_seconds: float,
+        base: Path,
+    ) -> None:
+        names = [idc.name for idc in idcs]
+        if not idcs or len(set(names)) != len(names):
+            raise ValueError("give at least one IDC, each with a distinct name")
+        if default_idc is not None and default_idc not in names:
+            raise ValueError(f"default_idc {default_idc!r} is not one of {names}")
+        self.idcs = {idc.name: idc for idc in idcs}
+        self.default_idc = default_idc
+        self.api_key = api_key
+        self.clock = clock
+        self.control = ControlState(clock, build_seconds)
+        self.v1 = V1State(clock, names)
+        self.sandboxes = SandboxRegistry(base)
+        self.faults = FaultPlan()
+        self.journal: list[RecordedRequest] = []
+        self.domain = ""
+        self.scheme = "http"
+
+    def bearer_ok(self, header: str | None) -> bool:
+        """Whether an ``Authorization`` header carries a token valid on v1 and v2."""
+        if not header:
+            return False
+        scheme, _, token = header.partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            return False
+        if hmac.compare_digest(self.api_key.encode(), token.encode("utf-8", "surrogateescape")):
+            return True
+        return self.v1.token_ok(token)
+
+    def resolve_idc(self, idc_name: str | None) -> Idc:
+        """The IDC a template goes to; blank means the organization's default.
+
+        Raises:
+            V2Problem: 400 when blank without a default, or unknown.
+        """
+        if idc_name is None or not idc_name.strip():
+            if self.default_idc is None:
+                raise V2Problem(
+                    400, "Parameter.Invalid", "idc_name is required: no default data center"
+                )
+            return self.idcs[self.default_idc]
+        idc = self.idcs.get(idc_name)
+        if idc is None:
+            raise V2Problem(400, "Parameter.Invalid", f"unknown data center {idc_name!r}")
+        return idc
+
+    def new_sandbox_idc(self, idc_name: str | None) -> Idc:
+        """The IDC for :meth:`Emulator.create_sandbox` (ValueError instead of a 400)."""
+        try:
+            return self.resolve_idc(idc_name)
+        except V2Problem as exc:
+            raise ValueError(exc.message) from None
+
+
+CORE = web.AppKey("sandboxkit_emulator_core", Core)
+ROUTES = web.AppKey("sandboxkit_emulator_routes", RouteTable)
+REQUEST_ID = web.RequestKey("sandboxkit_emulator_request_id", str)
+SANDBOX = web.RequestKey("sandboxkit_emulator_sandbox", Sandbox)
+FAULT = web.RequestKey("sandboxkit_emulator_fault", Fault)
+
+
+def new_api_key() -> str:
+    """A random emulator API key."""
+    return "sk-emu-" + secrets.token_urlsafe(24)
