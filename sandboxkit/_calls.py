@@ -133,8 +133,10 @@ class Calls:
                 result = await attempt()
             except SandboxKitError as error:
                 if progressed is not None and progressed():
-                    counted = 0
-                delay = self._next_delay(error, idempotent, policy, counted, retries + 1)
+                    # A try that moved a transfer forward is not a failed attempt.
+                    counted -= 1
+                # Backoff grows with the failures that count, so progress also resets it.
+                delay = self._next_delay(error, idempotent, policy, counted, max(counted, 1))
                 if delay is None:
                     raise
                 if deadline is not None and self.clock() + delay >= deadline:
@@ -151,7 +153,7 @@ class Calls:
                     "retrying %s after %s (attempt %d of %d) in %.2fs request_id=%s",
                     operation,
                     _describe(error),
-                    counted,
+                    retries,
                     policy.max_attempts,
                     delay,
                     getattr(error, "request_id", None),
