@@ -31,8 +31,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("_transport",),
     ("_calls",),
     ("resources",),
-    ("client",),
-    ("batch", "sync", "_config_pickle", "__init__"),
+    ("client", "_client_config"),
+    ("batch", "sync", "__init__"),
     ("emulator", "dask"),
     ("cli",),
 ]

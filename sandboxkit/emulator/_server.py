@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import importlib
 import shutil
 import ssl
 import tempfile
@@ -15,6 +14,8 @@ from types import TracebackType
 from typing import Any, Self
 
 from aiohttp import web
+
+from ..client import Client  # the emulator sits above the client (DESIGN section 3)
 
 from ._console import add_v2_routes
 from ._core import CORE, ROUTES, Core, RouteTable, new_api_key
@@ -244,14 +245,13 @@ class Emulator:
         """The data centers by name."""
         return dict(self._core.idcs)
 
-    def client(self, **options: Any) -> Any:
+    def client(self, **options: Any) -> Client:
         """A ``sandboxkit.Client`` wired to this emulator; ``options`` override or add.
 
         Returns:
             ``sandboxkit.client.Client(api_key=..., base_url=..., data_plane_scheme=...,
             resolver=..., ssl=...)`` (``ssl`` only when TLS is on).
         """
-        client_cls = importlib.import_module("sandboxkit.client").Client
         kwargs: dict[str, Any] = {
             "api_key": self.api_key,
             "base_url": self.base_url,
@@ -261,7 +261,7 @@ class Emulator:
         if self._client_ssl is not None:
             kwargs["ssl"] = self._client_ssl
         kwargs.update(options)
-        return client_cls(**kwargs)
+        return Client(**kwargs)
 
     # -- sandboxes -----------------------------------------------------------------
 
