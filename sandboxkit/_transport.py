@@ -126,6 +126,9 @@ class StreamingResponse:
         return data
 
 
+_FORM_ESCAPES = {c: f"%{c:02X}" for c in [*range(0x20), 0x22, 0x7F]}
+
+
 class _StreamedPart(aiohttp.payload.AsyncIterablePayload):
     """A part streamed from an async iterable whose length may be known up front.
 
@@ -150,7 +153,11 @@ def multipart_file(filename: str, chunks: AsyncIterable[bytes], size: int | None
         size: the byte count when known (sent as `Content-Length`), else None (chunked).
     """
     part = _StreamedPart(chunks, size)
-    part.set_content_disposition("form-data", name="file", filename=filename)
+    # The file name is written the way browsers and urllib3 do (WHATWG form encoding): raw
+    # UTF-8 with only quotes and control characters percent-escaped. aiohttp's own helper
+    # percent-encodes every non-token byte, which servers other than aiohttp do not undo.
+    escaped = filename.translate(_FORM_ESCAPES)
+    part.headers[aiohttp.hdrs.CONTENT_DISPOSITION] = f'form-data; name="file"; filename="{escaped}"'
     writer = aiohttp.MultipartWriter("form-data")
     writer.append_payload(part)
     return writer
@@ -198,6 +205,7 @@ class HostPools:
         self._clock = clock
         self._pools: OrderedDict[tuple[str, str], HostPool] = OrderedDict()
         self._released = asyncio.Condition()
+        self._waiting = 0
 
     def __len__(self) -> int:
         return len(self._pools)
@@ -242,8 +250,12 @@ class HostPools:
                 await victim.session.close()
                 continue  # others may have taken the freed place meanwhile: check again
             # Every pool is busy: wait for a request to finish rather than exceed the bound.
-            async with self._released:
-                await self._released.wait()
+            self._waiting += 1
+            try:
+                async with self._released:
+                    await self._released.wait()
+            finally:
+                self._waiting -= 1
         pool.in_flight += 1
         pool.last_used = self._clock()
         return pool
@@ -253,8 +265,15 @@ class HostPools:
         pool.last_used = self._clock()
         if pool.closing and pool.in_flight == 0:
             await pool.session.close()
-        async with self._released:
-            self._released.notify_all()
+        # Only a pool with nothing in flight can make room for a waiting host, and only
+        # waiters need waking: skipping the rest keeps 2000 concurrent requests cheap.
+        if pool.in_flight == 0:
+            await self._wake_waiters()
+
+    async def _wake_waiters(self) -> None:
+        if self._waiting:
+            async with self._released:
+                self._released.notify_all()
 
     def _open(self, key: tuple[str, str]) -> HostPool:
         per_host = self._limits.per_host_connections
@@ -296,6 +315,7 @@ class HostPools:
         pool.closing = True
         if pool.in_flight == 0:
             await pool.session.close()
+        await self._wake_waiters()  # its place in the LRU is free now
 
     async def aclose(self) -> None:
         """Close every pool."""

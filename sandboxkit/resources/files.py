@@ -1,16 +1,207 @@
-"""Data plane file transfer (placeholder until the files issue lands)."""
+"""Data-plane file transfer on one sandbox: streamed downloads that resume, streamed uploads.
+
+Every request goes through the sandbox host's own pool (the only session carrying its access
+token), is retried by the client's one retry loop, and never follows a redirect.
+"""
 
 from __future__ import annotations
 
+import os
+from typing import Any
+
 from .._calls import Calls
+from .._config import Timeout
+from .._retry import RetryPolicy
+from ..errors import ValidationError
+from ..models import DownloadResult, FileEntry
+from . import _download, _upload
+from ._common import AsyncStream
+from ._plane import DataPlane, Progress, check_chunk_size, check_username
 
 __all__ = ["Files"]
 
+DEFAULT_CHUNK_SIZE = 1 << 20
+
 
 class Files:
-    """File download and upload on one sandbox."""
+    """File download and upload on one sandbox (`sandbox.files`).
+
+    Paths are absolute paths inside the sandbox; they are checked before any request.
+    """
 
     def __init__(self, calls: Calls, origin: str, token: str) -> None:
-        self._calls = calls
-        self._origin = origin
-        self._token = token
+        self._plane = DataPlane(calls, origin, token)
+
+    def __repr__(self) -> str:
+        return f"Files(origin={self._plane.origin!r})"
+
+    def _request(
+        self,
+        remote: str,
+        username: str | None,
+        chunk_size: int,
+        timeout: Timeout | None,
+        retry: RetryPolicy | None,
+    ) -> _download.Request:
+        return _download.Request(
+            plane=self._plane,
+            params=self._plane.params(remote, check_username(username)),
+            chunk_size=check_chunk_size(chunk_size),
+            timeout=timeout,
+            retry=retry,
+        )
+
+    async def download(
+        self,
+        remote: str,
+        dest: str | os.PathLike[str],
+        *,
+        username: str | None = None,
+        progress: Progress | None = None,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        checksum: bool = True,
+        timeout: Timeout | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> DownloadResult:
+        """Download one file to `dest`, resuming after failures where the service allows.
+
+        The bytes land in a temporary file beside `dest` (`.{name}.{random}.part`), renamed
+        over `dest` only once complete; on failure or cancellation it is removed and an
+        existing `dest` is left as it was. The local name is `dest`, never the server's
+        `Content-Disposition`.
+
+        Args:
+            remote: absolute path in the sandbox.
+            dest: local file path; its directory must exist.
+            username: act as this sandbox user (some data centers ignore it).
+            progress: called as `progress(done_bytes, total_or_None)` as bytes arrive; after
+                a restart `done_bytes` starts again from 0.
+            chunk_size: the largest piece read from the network at once.
+            checksum: compute the SHA-256 of what was written (`result.sha256`).
+            timeout: per-call time limits; `total` bounds the whole download.
+            retry: per-call retry policy; a retry that moved the download forward does not
+                count against `max_attempts`.
+
+        Returns:
+            A `DownloadResult(path, size, sha256, attempts, resumes, elapsed)`.
+
+        Raises:
+            ValidationError: a bad remote path, a directory as `dest`, a missing directory.
+            APIError: its status subclass (`NotFoundError`, ...) when the service refuses; a
+                plain `APIError` for a redirect, which is never followed.
+            TransportError: the connection failed and retries ran out.
+            ResponseDecodeError: the service's answers contradict each other in a way that
+                no retry can fix.
+            OSError: the local file could not be written.
+
+        Example::
+
+            result = await sbx.files.download("/home/user/out.bin", "out.bin")
+            print(result.size, result.sha256)
+        """
+        request = self._request(remote, username, chunk_size, timeout, retry)
+        path = _download.check_destination(dest)
+        return await _download.download_to_file(
+            request, path, checksum=bool(checksum), progress=progress
+        )
+
+    def iter_bytes(
+        self,
+        remote: str,
+        *,
+        username: str | None = None,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        timeout: Timeout | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> AsyncStream[bytes]:
+        """Stream one file's bytes; failures resume transparently, no byte is seen twice.
+
+        Use it with `async for`, and with `async with` to release the connection at once when
+        stopping early. If the file changes size mid-stream, bytes already yielded cannot be
+        taken back, so it raises `ResponseDecodeError` rather than mix two versions.
+
+        Args:
+            remote: absolute path in the sandbox.
+            username: act as this sandbox user.
+            chunk_size: the largest chunk yielded.
+            timeout: per-call time limits; `total` bounds the whole stream.
+            retry: per-call retry policy.
+
+        Raises:
+            ValidationError: a bad remote path (raised by this call, before any request).
+            APIError, TransportError, ResponseDecodeError: as for `download`, while iterating.
+
+        Example::
+
+            async with sbx.files.iter_bytes("/var/log/app.log") as chunks:
+                async for chunk in chunks:
+                    sink.write(chunk)
+        """
+        request = self._request(remote, username, chunk_size, timeout, retry)
+        return AsyncStream(_download.stream_chunks(request))
+
+    async def read_bytes(
+        self,
+        remote: str,
+        *,
+        username: str | None = None,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        timeout: Timeout | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> bytes:
+        """Read a (small) file whole into memory, with the same resume rules as `download`.
+
+        Raises:
+            ValidationError, APIError, TransportError, ResponseDecodeError: as for `download`.
+        """
+        request = self._request(remote, username, chunk_size, timeout, retry)
+        return await _download.read_all(request)
+
+    async def upload(
+        self,
+        remote: str,
+        source: Any,
+        *,
+        username: str | None = None,
+        progress: Progress | None = None,
+        timeout: Timeout | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> FileEntry:
+        """Write one file at `remote` (overwriting it), streamed from `source`.
+
+        The body is `multipart/form-data` with the single part `file` (named after the remote
+        path's base name). The parent directory must already exist in the sandbox.
+
+        Args:
+            remote: absolute path in the sandbox, naming a file.
+            source: a local path (str or os.PathLike), bytes/bytearray/memoryview, a binary
+                file object, or an async iterable of bytes. Paths, bytes and seekable files
+                are resent in full on a retryable failure; a non-seekable file or an async
+                iterable is sent once and never retried (the error says so).
+            username: act as this sandbox user.
+            progress: called as `progress(sent_bytes, total_or_None)`.
+            timeout: per-call time limits.
+            retry: per-call retry policy.
+
+        Returns:
+            The `FileEntry(path, name, type)` the service reports.
+
+        Raises:
+            ValidationError: a bad remote path, a missing local file, an unusable source, or
+                a source that changed size while being sent.
+            PayloadTooLargeError: the file exceeds the data center's limit (never retried).
+            APIError, TransportError: as for `download`.
+        """
+        params = self._plane.params(remote, check_username(username))
+        if remote.endswith("/"):
+            raise ValidationError(f"remote path={remote!r}: must name a file, not a directory")
+        source_plan = _upload.make_source(source)
+        return await _upload.send_file(
+            self._plane,
+            remote,
+            params,
+            source_plan,
+            progress=progress,
+            timeout=timeout,
+            retry=retry,
+        )

@@ -1,0 +1,241 @@
+"""The download resume state machine (DESIGN section 6). Pure: no I/O, no await.
+
+One `ResumeState` follows one logical download across its GET requests. The I/O layer asks it
+what to send (`begin_request`), tells it what came back (`on_response`, `on_chunk`,
+`on_body_end`) and does what the returned `Decision` says. The rules:
+
+- Range only after range support was shown: a 200 with `Accept-Ranges: bytes`, or any 206.
+- A 206 whose `Content-Range` starts at the bytes already held continues; a 200 starts over
+  (a `"file"` sink truncates, a `"stream"` sink skips the bytes it already yielded).
+- A 416 to our Range with the position equal to the known total is done.
+- A size change between attempts starts over; a `Content-Range` that does not start where we
+  are, or that disagrees with its own `Content-Length`, is distrusted: start over from zero.
+- Done means the body ended cleanly and, where a size is known, position == total.
+
+A stream sink can never take back bytes it yielded, so where starting over would hand the
+consumer bytes of a different file (the size changed, or the file shrank below what was
+yielded), the decision is `FAIL`, never silent corruption.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from typing import Literal
+
+import attrs
+
+from ._protocol import parse_content_range
+
+__all__ = ["Action", "Decision", "Mode", "ResponseInfo", "ResumeState"]
+
+Mode = Literal["file", "stream"]
+
+_UNSATISFIED_RANGE = re.compile(r"^\s*bytes\s+\*/(\d+)\s*$", re.IGNORECASE)
+
+
+class Action(enum.Enum):
+    """What the I/O layer does next."""
+
+    STREAM = "stream"  # read the body, feeding each chunk to `on_chunk`
+    DONE = "done"  # the transfer is complete; read nothing more
+    RETRY = "retry"  # retryable: raise a connection-class error, the next GET continues
+    FAIL = "fail"  # continuing could corrupt the output: raise, do not retry
+    ERROR = "error"  # an error status: raise the APIError its status calls for
+
+
+@attrs.frozen
+class Decision:
+    """The verdict on a response or a finished body.
+
+    Attributes:
+        action: what to do.
+        truncate: (STREAM) the file sink must drop everything it holds before writing.
+        reason: (RETRY, FAIL) a human explanation for the error message.
+    """
+
+    action: Action
+    truncate: bool = False
+    reason: str = ""
+
+
+STREAM = Decision(Action.STREAM)
+DONE = Decision(Action.DONE)
+ERROR = Decision(Action.ERROR)
+
+
+@attrs.frozen
+class ResponseInfo:
+    """The parts of an answer's head the algorithm looks at."""
+
+    status: int
+    content_length: int | None = None
+    content_range: str | None = None
+    accept_ranges: str | None = None
+
+
+@attrs.define
+class ResumeState:
+    """Where one download stands; see the module docstring for the rules.
+
+    Attributes:
+        mode: "file" (a sink that can truncate) or "stream" (a consumer that cannot un-see).
+        position: bytes of the file, from offset 0, that the sink holds (or the stream passed).
+        high_water: the most bytes ever held; a stream consumer has seen exactly these.
+        total: the file's size when known.
+        ranges_supported: the service showed range support for this file.
+        attempts: GET requests sent; resumes: how many of them were ranged.
+        done: the transfer is complete.
+    """
+
+    mode: Mode
+    position: int = 0
+    high_water: int = 0
+    total: int | None = None
+    ranges_supported: bool = False
+    attempts: int = 0
+    resumes: int = 0
+    done: bool = False
+    _asked: int | None = attrs.field(default=None, init=False)
+    _expected_end: int | None = attrs.field(default=None, init=False)
+    _overflow: bool = attrs.field(default=False, init=False)
+    # The sink may hold bytes the position no longer vouches for (after a start-over).
+    _stale: bool = attrs.field(default=False, init=False)
+
+    def range_start(self) -> int | None:
+        """The `n` of the `Range: bytes=n-` the next GET should carry; None for a whole GET."""
+        if self.ranges_supported and self.position > 0:
+            return self.position
+        return None
+
+    def begin_request(self) -> int | None:
+        """Count one GET and return its range start (None: no Range header)."""
+        start = self.range_start()
+        self.attempts += 1
+        if start is not None:
+            self.resumes += 1
+        self._asked = start
+        self._expected_end = None
+        self._overflow = False
+        return start
+
+    def on_response(self, info: ResponseInfo) -> Decision:
+        """Judge an answer's status and headers before any of its body is read."""
+        if info.status == 200:
+            return self._on_whole(info)
+        if info.status == 206:
+            return self._on_partial(info)
+        if info.status == 416 and self._asked is not None:
+            return self._on_unsatisfiable(info)
+        if 200 <= info.status < 300:
+            return Decision(Action.FAIL, reason=f"unexpected {info.status} answer to a download")
+        return ERROR
+
+    def _on_whole(self, info: ResponseInfo) -> Decision:
+        accept = (info.accept_ranges or "").strip().lower()
+        self.ranges_supported = accept == "bytes"
+        new_total = info.content_length
+        if self.mode == "stream" and self.high_water > 0:
+            if new_total is not None and self.total is not None and new_total != self.total:
+                return self._changed(self.total, new_total)
+            if new_total is not None and new_total < self.high_water:
+                return self._changed(self.high_water, new_total)
+        truncate = self.mode == "file" and (self.position > 0 or self._stale)
+        self._stale = False
+        self.position = 0
+        self.total = new_total
+        self._expected_end = new_total
+        return Decision(Action.STREAM, truncate=truncate)
+
+    def _on_partial(self, info: ResponseInfo) -> Decision:
+        self.ranges_supported = True
+        parsed = parse_content_range(info.content_range)
+        if parsed is None:
+            return self._start_over(
+                f"a 206 answer with an unusable Content-Range {info.content_range!r}"
+            )
+        if parsed.start != self.position:
+            return self._start_over(
+                f"a 206 answer for bytes {parsed.start}- to a request for bytes {self.position}-"
+            )
+        if parsed.total is not None and self.total is not None and parsed.total != self.total:
+            if self.mode == "stream" and self.high_water > 0:
+                return self._changed(self.total, parsed.total)
+            return self._start_over(
+                f"the file's size changed from {self.total} to {parsed.total} bytes"
+            )
+        length = parsed.end - parsed.start + 1
+        if info.content_length is not None and info.content_length != length:
+            return self._start_over(
+                f"Content-Length {info.content_length} disagrees with Content-Range "
+                f"{info.content_range!r}"
+            )
+        if parsed.total is not None:
+            self.total = parsed.total
+        self._expected_end = parsed.end + 1
+        truncate = self.mode == "file" and self._stale
+        self._stale = False
+        return Decision(Action.STREAM, truncate=truncate)
+
+    def _on_unsatisfiable(self, info: ResponseInfo) -> Decision:
+        match = _UNSATISFIED_RANGE.match(info.content_range or "")
+        size = int(match[1]) if match else self.total
+        if size is not None and size == self.position:
+            self.total = size
+            self.done = True
+            return DONE
+        return self._start_over(
+            f"416 to a request for bytes {self.position}- of a file now "
+            f"{'of unknown size' if size is None else f'{size} bytes long'}"
+        )
+
+    def on_chunk(self, size: int) -> tuple[int, int]:
+        """Account for `size` body bytes; returns `(skip, keep)`: pass on `chunk[skip:keep]`.
+
+        `keep` stops at the end the answer declared (bytes past it are never written, and
+        the body is then distrusted); `skip` covers bytes a stream consumer already saw.
+        """
+        keep = size
+        if self._expected_end is not None and self.position + size > self._expected_end:
+            keep = max(0, self._expected_end - self.position)
+            self._overflow = True
+        skip = 0
+        if self.mode == "stream":
+            skip = min(keep, max(0, self.high_water - self.position))
+        self.position += keep
+        self.high_water = max(self.high_water, self.position)
+        return skip, keep
+
+    def on_body_end(self) -> Decision:
+        """Judge a body that ended without a transport error."""
+        if self._overflow:
+            return self._start_over("the answer carried more bytes than it declared")
+        if self._expected_end is not None and self.position < self._expected_end:
+            return Decision(
+                Action.RETRY,
+                reason=f"the body ended at byte {self.position} of {self._expected_end}",
+            )
+        if self.total is not None and self.position < self.total:
+            # A 206 for less than we asked: ask again for the rest.
+            return Decision(Action.RETRY, reason=f"a partial answer ended at byte {self.position}")
+        if self.mode == "stream" and self.position < self.high_water:
+            return self._changed(self.high_water, self.position)
+        self.total = self.position
+        self.done = True
+        return DONE
+
+    def _start_over(self, why: str) -> Decision:
+        # Nothing held can be trusted to line up with what comes next: begin at zero with a
+        # whole GET. A file sink truncates on the next answer; a stream skips what it saw.
+        self.position = 0
+        self._stale = True
+        return Decision(Action.RETRY, reason=f"{why}; starting over from the first byte")
+
+    def _changed(self, before: int, after: int) -> Decision:
+        return Decision(
+            Action.FAIL,
+            reason=(
+                f"the remote file changed during the transfer ({before} bytes, then {after}); "
+                "bytes already yielded cannot be taken back"
+            ),
+        )

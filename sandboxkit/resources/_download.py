@@ -1,0 +1,313 @@
+"""Downloads: the resume state machine driven over real requests, into one of three sinks.
+
+`fetch` is the whole algorithm: one `Calls.run` whose attempt is one GET, judged by
+`ResumeState` (DESIGN section 6). The sinks differ only in where bytes go: a temporary file
+(written and hashed off the event loop in ~1 MiB batches), memory, or an async consumer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+import secrets
+from collections.abc import AsyncGenerator
+from pathlib import Path
+from typing import IO, Any, Protocol
+
+import anyio
+import attrs
+from anyio.streams.memory import MemoryObjectSendStream
+
+from .._config import Timeout
+from .._protocol import ACCEPT_RANGES, CONTENT_RANGE, FILES_PATH, RANGE
+from .._resume import Action, Mode, ResponseInfo, ResumeState
+from .._retry import RetryPolicy
+from ..errors import APIConnectionError, ResponseDecodeError, SandboxKitError, ValidationError
+from ..models import DownloadResult
+from ._plane import DataPlane, Progress, status_error
+
+__all__ = ["Request", "check_destination", "download_to_file", "fetch", "read_all", "stream_chunks"]
+
+OPERATION = "files.download"
+# Disk writes and hashing leave the event loop in batches of about this size (DESIGN 6).
+WRITE_BATCH = 1 << 20
+
+
+class _Sink(Protocol):
+    async def write(self, data: bytes) -> None: ...
+
+    async def flush(self) -> None: ...
+
+    async def truncate(self) -> None: ...
+
+
+class _FileSink:
+    """A temporary file, written and hashed in a worker thread a batch at a time.
+
+    One batch is written while the next is read from the network: at most one write is in
+    flight, so the bytes land in order, and memory holds at most two batches.
+    """
+
+    def __init__(self, handle: IO[bytes], checksum: bool) -> None:
+        self._handle = handle
+        self._hash = hashlib.sha256() if checksum else None
+        self._batch: list[bytes] = []
+        self._batched = 0
+        self._pending: asyncio.Future[None] | None = None
+
+    async def write(self, data: bytes) -> None:
+        self._batch.append(data)
+        self._batched += len(data)
+        if self._batched >= WRITE_BATCH:
+            await self._settle()
+            batch, self._batch, self._batched = self._batch, [], 0
+            self._pending = asyncio.ensure_future(anyio.to_thread.run_sync(self._write, batch))
+
+    async def _settle(self) -> None:
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            await pending  # a failed write raises here
+
+    async def flush(self) -> None:
+        await self._settle()
+        if self._batch:
+            batch, self._batch, self._batched = self._batch, [], 0
+            await anyio.to_thread.run_sync(self._write, batch)
+
+    async def quiesce(self) -> None:
+        """Wait, even while cancelled, until no thread touches the file (before removing it)."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            with anyio.CancelScope(shield=True):
+                await asyncio.wait([pending])
+            if not pending.cancelled():
+                pending.exception()  # the error that matters is already propagating
+
+    def _write(self, batch: list[bytes]) -> None:
+        for piece in batch:
+            self._handle.write(piece)
+            if self._hash is not None:
+                self._hash.update(piece)
+
+    async def truncate(self) -> None:
+        await self._settle()
+        self._batch, self._batched = [], 0
+        await anyio.to_thread.run_sync(self._reset)
+
+    def _reset(self) -> None:
+        self._handle.seek(0)
+        self._handle.truncate()
+        if self._hash is not None:
+            self._hash = hashlib.sha256()
+
+    def hexdigest(self) -> str | None:
+        return self._hash.hexdigest() if self._hash is not None else None
+
+
+class _MemorySink:
+    """The whole file in memory (`read_bytes`)."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+
+    async def write(self, data: bytes) -> None:
+        self.data += data
+
+    async def flush(self) -> None:
+        pass
+
+    async def truncate(self) -> None:
+        self.data.clear()
+
+
+class _ChannelSink:
+    """Hands each chunk to the consumer of `iter_bytes`; waits while it is busy."""
+
+    def __init__(self, send: MemoryObjectSendStream[bytes]) -> None:
+        self._send = send
+
+    async def write(self, data: bytes) -> None:
+        await self._send.send(data)
+
+    async def flush(self) -> None:
+        pass
+
+    async def truncate(self) -> None:  # pragma: no cover - stream mode never truncates
+        raise AssertionError("a stream cannot take back bytes it yielded")
+
+
+@attrs.frozen
+class Request:
+    """One logical download's fixed inputs."""
+
+    plane: DataPlane
+    params: list[tuple[str, str]]
+    chunk_size: int
+    timeout: Timeout | None
+    retry: RetryPolicy | None
+
+
+async def fetch(
+    request: Request, mode: Mode, sink: _Sink, progress: Progress | None = None
+) -> ResumeState:
+    """Run the whole download into `sink`; returns the final state (done)."""
+    plane = request.plane
+    transport = plane.calls.transport
+    per_request = plane.timeout(request.timeout)
+    state = ResumeState(mode)
+    mark = [0]
+
+    async def attempt() -> None:
+        mark[0] = state.high_water
+        start = state.begin_request()
+        headers = {RANGE: f"bytes={start}-"} if start is not None else None
+        async with (
+            transport.hosts.lease(plane.origin, plane.token) as pool,
+            transport.open_stream(
+                pool,
+                "GET",
+                FILES_PATH,
+                operation=OPERATION,
+                timeout=per_request,
+                params=request.params,
+                headers=headers,
+            ) as response,
+        ):
+            decision = state.on_response(
+                ResponseInfo(
+                    response.status,
+                    response.content_length,
+                    response.headers.get(CONTENT_RANGE),
+                    response.headers.get(ACCEPT_RANGES),
+                )
+            )
+            if decision.action is Action.ERROR:
+                raise await status_error(response, OPERATION, pool)
+            pool.on_success()
+            _raise_unless_streaming(decision.action, decision.reason, response.status)
+            if decision.action is Action.DONE:
+                return
+            if decision.truncate:
+                await sink.truncate()
+            try:
+                async for chunk in response.iter_chunks(request.chunk_size):
+                    skip, keep = state.on_chunk(len(chunk))
+                    if keep > skip:
+                        await sink.write(chunk if keep - skip == len(chunk) else chunk[skip:keep])
+                    if progress is not None:
+                        progress(state.position, state.total)
+            except SandboxKitError:
+                # What arrived before the cut is good: keep it so the next GET resumes there.
+                await sink.flush()
+                raise
+            await sink.flush()
+            end = state.on_body_end()
+            _raise_unless_streaming(end.action, end.reason, response.status)
+
+    await plane.calls.run(
+        OPERATION,
+        attempt,
+        idempotent=True,
+        retry=request.retry,
+        timeout=request.timeout,
+        # A try that moved the transfer forward does not count against max_attempts.
+        progressed=lambda: state.high_water > mark[0],
+    )
+    return state
+
+
+def _raise_unless_streaming(action: Action, reason: str, status: int) -> None:
+    if action is Action.RETRY:
+        raise APIConnectionError(f"{OPERATION}: {reason}", operation=OPERATION)
+    if action is Action.FAIL:
+        raise ResponseDecodeError(f"{OPERATION}: {reason}", status=status)
+
+
+def check_destination(dest: Any) -> Path:
+    """`dest` as a Path whose parent directory exists and which is not itself a directory."""
+    if not isinstance(dest, str | os.PathLike):
+        raise ValidationError(f"dest={dest!r}: must be a str or os.PathLike path")
+    path = Path(os.fspath(dest))
+    if not path.name:
+        raise ValidationError(f"dest={str(path)!r}: must name a file")
+    if path.is_dir():
+        raise ValidationError(f"dest={str(path)!r}: is a directory; pass a file path")
+    if not path.parent.is_dir():
+        raise ValidationError(f"dest={str(path)!r}: its directory does not exist")
+    return path
+
+
+async def download_to_file(
+    request: Request, dest: Path, *, checksum: bool, progress: Progress | None
+) -> DownloadResult:
+    """Download into a temporary file beside `dest`, renamed into place only when complete."""
+    clock = request.plane.calls.clock
+    started = clock()
+    # Beside dest (same filesystem: the rename is atomic); the name is cut so that the long
+    # name of a valid dest cannot make the temporary one exceed NAME_MAX.
+    temp = dest.with_name(f".{dest.name[:200]}.{secrets.token_hex(6)}.part")
+    # Opened on the loop on purpose: an open in a worker thread could finish after a
+    # cancellation and leave a file (and a handle) nobody owns.
+    handle = open(temp, "xb")  # noqa: SIM115, ASYNC230 - closed below on every path
+    sink = _FileSink(handle, checksum)
+    try:
+        state = await fetch(request, "file", sink, progress)
+        await anyio.to_thread.run_sync(_commit, handle, temp, dest)
+    except BaseException:
+        await sink.quiesce()
+        handle.close()
+        with contextlib.suppress(FileNotFoundError):
+            temp.unlink()
+        raise
+    return DownloadResult(
+        path=dest,
+        size=state.position,
+        sha256=sink.hexdigest(),
+        attempts=state.attempts,
+        resumes=state.resumes,
+        elapsed=clock() - started,
+    )
+
+
+def _commit(handle: IO[bytes], temp: Path, dest: Path) -> None:
+    # No fsync: like curl and pip, durability against power loss is the filesystem's job;
+    # the rename still guarantees no reader ever sees a partial file under `dest`.
+    handle.close()
+    os.replace(temp, dest)
+
+
+async def read_all(request: Request) -> bytes:
+    """Download into memory."""
+    sink = _MemorySink()
+    await fetch(request, "file", sink)
+    return bytes(sink.data)
+
+
+async def stream_chunks(request: Request) -> AsyncGenerator[bytes, None]:
+    """Yield the file's bytes, each exactly once, across resumes and restarts.
+
+    The download runs in its own task, handing chunks over an unbuffered channel: the retry
+    loop needs one coroutine around every attempt, which a generator that yields to its
+    consumer cannot be. Closing the generator cancels that task and drops its connection.
+    """
+    send, receive = anyio.create_memory_object_stream[bytes](0)
+
+    async def produce() -> None:
+        async with send:
+            await fetch(request, "stream", _ChannelSink(send))
+
+    task = asyncio.create_task(produce())
+    try:
+        async with receive:
+            async for chunk in receive:
+                yield chunk
+        await task  # the channel closed: the download ended, or failed with this error
+    finally:
+        if not task.done():
+            task.cancel()
+        with anyio.CancelScope(shield=True):
+            await asyncio.wait([task])
+        if not task.cancelled():
+            task.exception()  # retrieved here, so asyncio never logs it as forgotten

@@ -1,0 +1,262 @@
+"""Uploads: sources turned into streamed multipart bodies, replayed only when they can be.
+
+A source is a local path, bytes-like, a binary file object, or an async iterable of bytes.
+Paths, bytes and seekable files are replayable: a retryable failure resends them in full
+(the service has no resumable upload). A non-seekable file or an async iterable is one-shot:
+never retried, and its error says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import os
+import posixpath
+from collections.abc import AsyncGenerator, AsyncIterable, Callable
+from pathlib import Path
+from typing import IO, Any
+
+import anyio
+import attrs
+
+from .._config import Timeout
+from .._convert import structure
+from .._protocol import FILES_PATH, REQUEST_ID, decode_json
+from .._retry import RetryPolicy, is_retryable
+from .._transport import multipart_file
+from ..errors import (
+    APIError,
+    ResponseDecodeError,
+    SandboxKitError,
+    TransportError,
+    ValidationError,
+)
+from ..models import FileEntry
+from ._plane import DataPlane, Progress, status_error
+
+__all__ = ["Source", "make_source", "send_file"]
+
+OPERATION = "files.upload"
+READ_SIZE = 1 << 20
+# The success body is a one-element JSON array; anything near this size is not that.
+REPLY_LIMIT = 1 << 20
+
+
+@attrs.frozen
+class Source:
+    """What to send: a fresh chunk iterator per attempt, its size if known, and whether it
+    can be sent twice (`one_shot` says why not, for the error message)."""
+
+    open: Callable[[], AsyncGenerator[bytes, None]]
+    size: int | None
+    one_shot: str | None = None
+
+
+def make_source(source: Any) -> Source:
+    """Classify `source`, checking what can be checked before any network."""
+    if isinstance(source, str | os.PathLike):
+        return _path_source(Path(os.fspath(source)))
+    if isinstance(source, bytes | bytearray | memoryview):
+        return _bytes_source(source)
+    if isinstance(source, io.TextIOBase):
+        raise ValidationError("source: a text file object; open the file in binary mode ('rb')")
+    if callable(getattr(source, "read", None)):
+        return _file_source(source)
+    if isinstance(source, AsyncIterable):
+        return Source(
+            lambda: _checked_chunks(source),
+            None,
+            one_shot="the source is an async iterable, which cannot be replayed",
+        )
+    raise ValidationError(
+        f"source: {type(source).__name__} is not a path, bytes-like object, binary file "
+        "object or async iterable of bytes"
+    )
+
+
+def _path_source(path: Path) -> Source:
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        raise ValidationError(f"source: local file {str(path)!r} does not exist") from None
+    except OSError as exc:
+        raise ValidationError(f"source: cannot read {str(path)!r}: {exc.strerror or exc}") from None
+    if not path.is_file():
+        raise ValidationError(f"source: {str(path)!r} is not a regular file")
+    size = info.st_size
+
+    async def chunks() -> AsyncGenerator[bytes, None]:
+        # Opened on the loop: an open finishing in a thread after a cancellation would leak.
+        handle = open(path, "rb")  # noqa: SIM115, ASYNC230 - closed in the finally
+        try:
+            async for chunk in _exactly(_read_file(handle), size, repr(str(path))):
+                yield chunk
+        finally:
+            handle.close()
+
+    return Source(chunks, size)
+
+
+def _bytes_source(data: bytes | bytearray | memoryview) -> Source:
+    try:
+        view = memoryview(data).cast("B")
+    except TypeError:
+        raise ValidationError("source: a memoryview must be C-contiguous") from None
+
+    async def chunks() -> AsyncGenerator[bytes, None]:
+        # One slice copied at a time: memory stays at one chunk whatever the size.
+        for offset in range(0, view.nbytes, READ_SIZE):
+            yield view[offset : offset + READ_SIZE].tobytes()
+
+    return Source(chunks, view.nbytes)
+
+
+def _file_source(handle: Any) -> Source:
+    seekable = getattr(handle, "seekable", None)
+    if not (callable(seekable) and seekable()):
+        return Source(
+            lambda: _read_file(handle),
+            None,
+            one_shot="the source is a file object that cannot seek back to its start",
+        )
+    start = handle.tell()
+    size = handle.seek(0, io.SEEK_END) - start
+    handle.seek(start)
+
+    async def chunks() -> AsyncGenerator[bytes, None]:
+        await anyio.to_thread.run_sync(handle.seek, start)
+        async for chunk in _exactly(_read_file(handle), size, "the source file object"):
+            yield chunk
+
+    return Source(chunks, size)
+
+
+async def _read_file(handle: IO[bytes]) -> AsyncGenerator[bytes, None]:
+    while True:
+        chunk = await anyio.to_thread.run_sync(handle.read, READ_SIZE)
+        if not isinstance(chunk, bytes | bytearray):
+            raise ValidationError(
+                "source: the file object's read() must return bytes (binary mode)"
+            )
+        if not chunk:
+            return
+        yield bytes(chunk)
+
+
+async def _exactly(
+    chunks: AsyncGenerator[bytes, None], size: int, what: str
+) -> AsyncGenerator[bytes, None]:
+    # The Content-Length went out first: a source that grew or shrank since must not send a
+    # body of another length (the server would wait forever, or read garbage).
+    sent = 0
+    async for chunk in chunks:
+        if sent + len(chunk) > size:
+            raise ValidationError(f"source: {what} grew during the upload (expected {size} bytes)")
+        sent += len(chunk)
+        yield chunk
+    if sent != size:
+        raise ValidationError(f"source: {what} shrank during the upload ({sent} of {size} bytes)")
+
+
+async def _checked_chunks(source: AsyncIterable[Any]) -> AsyncGenerator[bytes, None]:
+    async for chunk in source:
+        if not isinstance(chunk, bytes | bytearray | memoryview):
+            raise ValidationError(
+                f"source: the async iterable yielded {type(chunk).__name__}, not bytes"
+            )
+        if chunk:
+            yield bytes(chunk)
+
+
+async def send_file(
+    plane: DataPlane,
+    remote: str,
+    params: list[tuple[str, str]],
+    source: Source,
+    *,
+    progress: Progress | None,
+    timeout: Timeout | None,
+    retry: RetryPolicy | None,
+) -> FileEntry:
+    """POST the source as the single `file` part; retried only when it can be replayed."""
+    transport = plane.calls.transport
+    per_request = plane.timeout(timeout)
+    filename = posixpath.basename(remote)
+
+    async def attempt() -> FileEntry:
+        local_failure: list[BaseException] = []
+        sent = 0
+
+        async def body() -> AsyncGenerator[bytes, None]:
+            nonlocal sent
+            try:
+                # aclosing: the source (an open file) is closed as soon as this body is.
+                async with contextlib.aclosing(source.open()) as chunks:
+                    async for chunk in chunks:
+                        yield chunk
+                        sent += len(chunk)
+                        if progress is not None:
+                            progress(sent, source.size)
+            except Exception as exc:
+                # aiohttp wraps a failing body in a connection error (which would be
+                # retried); keep the real cause to raise it instead.
+                local_failure.append(exc)
+                raise
+
+        async with transport.hosts.lease(plane.origin, plane.token) as pool:
+            try:
+                async with transport.open_stream(
+                    pool,
+                    "POST",
+                    FILES_PATH,
+                    operation=OPERATION,
+                    timeout=per_request,
+                    params=params,
+                    data=multipart_file(filename, body(), source.size),
+                ) as response:
+                    if not 200 <= response.status < 300:
+                        raise await status_error(response, OPERATION, pool)
+                    pool.on_success()
+                    return _entry(
+                        response.status, response.headers, await response.read(REPLY_LIMIT)
+                    )
+            except SandboxKitError as exc:
+                if local_failure and local_failure[0] is not exc:
+                    raise local_failure[0] from exc
+                raise
+
+    replayable = source.one_shot is None
+    try:
+        return await plane.calls.run(
+            OPERATION, attempt, idempotent=replayable, retry=retry, timeout=timeout
+        )
+    except SandboxKitError as error:
+        policy = retry or plane.calls.policy
+        if replayable or not is_retryable(error, policy):
+            raise
+        raise _not_retried(error, source.one_shot or "") from error
+
+
+def _entry(status: int, headers: Any, body: bytes) -> FileEntry:
+    try:
+        payload = decode_json(body)
+        item = payload[0] if isinstance(payload, list) and len(payload) == 1 else payload
+        return structure(item, FileEntry)
+    except Exception as exc:  # json and cattrs raise many types for a wrong shape
+        raise ResponseDecodeError(
+            f"{OPERATION}: the {status} answer is not the one-element file list the "
+            "interface shows",
+            status=status,
+            request_id=headers.get(REQUEST_ID),
+        ) from exc
+
+
+def _not_retried(error: SandboxKitError, why: str) -> SandboxKitError:
+    """The same error (same class, same fields) with the reason it was not retried."""
+    clone = copy.copy(error)
+    message = f"{getattr(error, 'message', str(error))} (not retried: {why})"
+    clone.args = (message,)
+    if isinstance(clone, APIError | TransportError):
+        clone.message = message
+    return clone

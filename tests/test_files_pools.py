@@ -1,0 +1,136 @@
+"""One pool per sandbox host at scale: socket bounds, idle closing, per-host throttling."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+import sandboxkit
+from sandboxkit.emulator import Emulator, Fault
+
+from .test_files_support import Box, dir_listing, emu, new_box, payload
+
+__all__ = ["emu"]  # fixture, re-exported for pytest
+
+
+def client_sockets(port: int) -> int:
+    """Sockets of this process connected to `port` (the client side only, not the server's)."""
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as lines:
+            next(lines)
+            for line in lines:
+                fields = line.split()
+                if int(fields[2].rsplit(":", 1)[1], 16) == port and fields[9] in inodes:
+                    count += 1
+    return count
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/net/tcp"), reason="needs Linux /proc")
+async def test_many_sandboxes_stay_within_the_socket_bound(emu: Emulator, tmp_path: Path) -> None:
+    """2000 concurrent downloads over 200 sandboxes with 64 host pools all succeed, client
+    sockets never exceed 64 x per_host, and idle pools close."""
+    limits = sandboxkit.Limits(max_sandbox_hosts=64, per_host_connections=2)
+    bound = limits.max_sandbox_hosts * limits.per_host_connections
+    port = int(emu.domain.rsplit(":", 1)[1])
+    async with emu.client(limits=limits, retry=sandboxkit.RetryPolicy.no_delay()) as client:
+        boxes = [await new_box(emu, client) for _ in range(200)]
+        for index, sbx in enumerate(boxes):
+            sbx.put("/home/user/small.bin", payload(2048, seed=index))
+        hosts = client._transport.hosts
+        samples: list[tuple[int, int]] = []
+        calls = 0
+
+        def sample(done: int, total: int | None) -> None:
+            nonlocal calls
+            calls += 1
+            if calls % 20 == 0:
+                samples.append((client_sockets(port), len(hosts)))
+
+        async def one(n: int) -> None:
+            sbx = boxes[n % len(boxes)]
+            result = await sbx.files.download(
+                "/home/user/small.bin", tmp_path / f"{n}.bin", progress=sample
+            )
+            assert result.size == 2048
+
+        async with anyio.create_task_group() as tg:
+            for n in range(2000):
+                tg.start_soon(one, n)
+        assert len(dir_listing(tmp_path)) == 2000
+        assert len(samples) >= 50
+        assert max(s for s, _ in samples) <= bound
+        assert max(s for s, _ in samples) > limits.per_host_connections  # really concurrent
+        assert max(p for _, p in samples) <= limits.max_sandbox_hosts
+        assert len(emu.journal_for("files.download")) == 2000
+        assert 0 < len(hosts) <= limits.max_sandbox_hosts
+        # Idle pools close: move the pools' clock past host_idle_seconds.
+        open_pools = [hosts.get(sbx.handle.origin, sbx.handle._token) for sbx in boxes]
+        live = [pool for pool in open_pools if pool is not None]
+        hosts._clock = lambda: time.monotonic() + limits.host_idle_seconds + 1
+        assert await hosts.close_idle() == len(live)
+        assert len(hosts) == 0 and all(pool.session.closed for pool in live)
+        for _ in range(10):  # transports finish closing on the next loop iterations
+            await asyncio.sleep(0)
+        assert client_sockets(port) == 0
+
+
+async def _open_stream(sbx: Box) -> sandboxkit.resources._common.AsyncStream[bytes]:
+    stream = sbx.files.iter_bytes("/home/user/f.bin", chunk_size=1024)
+    await stream.__anext__()  # the request is in flight and holds its host slot
+    return stream
+
+
+async def test_throttled_host_slows_only_itself(emu: Emulator) -> None:
+    """429s from sandbox A shrink A's window; B keeps its full window, fills it, never waits."""
+    per_host = 8
+    limits = sandboxkit.Limits(per_host_connections=per_host)
+    async with emu.client(limits=limits, retry=sandboxkit.RetryPolicy.no_delay()) as client:
+        a, b = await new_box(emu, client), await new_box(emu, client)
+        for sbx in (a, b):
+            sbx.put("/home/user/f.bin", payload(256 * 1024))
+        assert len(await b.files.read_bytes("/home/user/f.bin")) == 256 * 1024
+        emu.faults.script("files.download", *[Fault.status(429, retry_after="0")] * 3)
+        assert len(await a.files.read_bytes("/home/user/f.bin")) == 256 * 1024
+        hosts = client._transport.hosts
+        pool_a = hosts.get(a.handle.origin, a.handle._token)
+        pool_b = hosts.get(b.handle.origin, b.handle._token)
+        assert pool_a is not None and pool_b is not None
+        # 8 -> 4 -> 2 -> 1 on three 429s, then one success: 2.
+        assert (pool_a.window.allowed, pool_a.limiter.total_tokens) == (2, 2)
+        assert (pool_b.window.allowed, pool_b.limiter.total_tokens) == (per_host, per_host)
+        statuses = [(r.sandbox_key, r.status) for r in emu.journal_for("files.download")]
+        assert [key for key, status in statuses if status == 429] == [a.key] * 3
+        assert all(status == 200 for key, status in statuses if key == b.key)
+
+        streams_b = [await _open_stream(b) for _ in range(per_host)]
+        streams_a = [await _open_stream(a) for _ in range(2)]
+        assert pool_b.limiter.borrowed_tokens == per_host  # B runs at full width
+        assert pool_a.limiter.borrowed_tokens == 2
+        async with anyio.create_task_group() as tg:
+            third = a.files.iter_bytes("/home/user/f.bin", chunk_size=1024)
+            tg.start_soon(third.__anext__)
+            for _ in range(1000):  # let the third A request reach A's limiter
+                if pool_a.limiter.statistics().tasks_waiting:
+                    break
+                await asyncio.sleep(0)
+            assert pool_a.limiter.statistics().tasks_waiting == 1  # A waits on A's limit
+            assert pool_b.limiter.statistics().tasks_waiting == 0  # B waits on nothing
+            await streams_a[0].aclose()  # a slot frees: the third A request proceeds
+        await third.aclose()
+        for stream in [*streams_a[1:], *streams_b]:
+            await stream.aclose()
+        assert pool_a.limiter.borrowed_tokens == pool_b.limiter.borrowed_tokens == 0

@@ -1,0 +1,418 @@
+"""Table-driven tests of the download resume state machine (no event loop, no I/O)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sandboxkit._resume import Action, Mode, ResponseInfo, ResumeState
+
+# A scenario is a list of steps:
+#   ("get", expected_range_start)
+#   ("answer", ResponseInfo, expected_action, expected_truncate)
+#   ("chunk", size, (expected_skip, expected_keep))
+#   ("end", expected_action)
+Step = tuple[Any, ...]
+
+
+def ok(length: int | None, ranges: str | None = "bytes") -> ResponseInfo:
+    return ResponseInfo(200, content_length=length, accept_ranges=ranges)
+
+
+def partial(start: int, end: int, total: int | str, length: int | None = None) -> ResponseInfo:
+    size = end - start + 1 if length is None else length
+    return ResponseInfo(206, content_length=size, content_range=f"bytes {start}-{end}/{total}")
+
+
+S, D, R, F, E = Action.STREAM, Action.DONE, Action.RETRY, Action.FAIL, Action.ERROR
+
+SCENARIOS: list[tuple[str, Mode, list[Step], dict[str, Any]]] = [
+    (
+        "whole file in one answer",
+        "file",
+        [("get", None), ("answer", ok(100), S, False), ("chunk", 100, (0, 100)), ("end", D)],
+        {"attempts": 1, "resumes": 0, "total": 100, "done": True},
+    ),
+    (
+        "empty file",
+        "file",
+        [("get", None), ("answer", ok(0), S, False), ("end", D)],
+        {"total": 0, "done": True},
+    ),
+    (
+        "cut after a 200 with Accept-Ranges: bytes resumes with a Range and a 206",
+        "file",
+        [
+            ("get", None),
+            ("answer", ok(100), S, False),
+            ("chunk", 40, (0, 40)),
+            ("get", 40),
+            ("answer", partial(40, 99, 100), S, False),
+            ("chunk", 60, (0, 60)),
+            ("end", D),
+        ],
+        {"attempts": 2, "resumes": 1, "position": 100, "done": True},
+    ),
+    (
+        "no Range before range support is shown (Accept-Ranges: none); the 200 truncates",
+        "file",
+        [
+            ("get", None),
+            ("answer", ok(100, "none"), S, False),
+            ("chunk", 40, (0, 40)),
+            ("get", None),
+            ("answer", ok(100, "none"), S, True),
+            ("chunk", 100, (0, 100)),
+            ("end", D),
+        ],
+        {"attempts": 2, "resumes": 0, "done": True},
+    ),
+    (
+        "a missing Accept-Ranges header is not range support",
+        "file",
+        [("get", None), ("answer", ok(100, None), S, False), ("chunk", 1, (0, 1)), ("get", None)],
+        {"ranges_supported": False},
+    ),
+    (
+        "a stream skips what it already yielded after a 200 restart",
+        "stream",
+        [
+            ("get", None),
+            ("answer", ok(100, "none"), S, False),
+            ("chunk", 40, (0, 40)),
+            ("get", None),
+            ("answer", ok(100, "none"), S, False),
+            ("chunk", 30, (30, 30)),
+            ("chunk", 30, (10, 30)),
+            ("chunk", 40, (0, 40)),
+            ("end", D),
+        ],
+        {"high_water": 100, "position": 100, "done": True},
+    ),
+    (
+        "a 200 to a Range request starts over and forgets range support",
+        "file",
+        [
+            ("get", None),
+            ("answer", ok(100), S, False),
+            ("chunk", 40, (0, 40)),
+            ("get", 40),
+            ("answer", ok(100, "none"), S, True),
+            ("chunk", 10, (0, 10)),
+            ("get", None),
+        ],
+        {"ranges_supported": False, "attempts": 3, "resumes": 1},
+    ),
+    (
+        "a 206 without Accept-Ranges keeps range support",
+        "file",
+        [
+            ("get", None),
+            ("answer", ok(100), S, False),
+            ("chunk", 40, (0, 40)),
+            ("get", 40),
+            ("answer", partial(40, 99, 100), S, False),
+            ("chunk", 20, (0, 20)),
+            ("get", 60),
+        ],
+        {"ranges_supported": True, "resumes": 2},
+    ),
+    (
+        "a 206 that does not start at n starts over from byte zero",
+        "file",
+        [
+            ("get", None),
+            ("answer", ok(100), S, False),
+            ("chunk", 40, (0, 40)),
+            ("get", 40),
+            ("answer", partial(30, 99, 100), R, False),
+            ("get", None),
+            ("answer", ok(100), S, True),
+            ("chunk", 100, (0, 100)),
+            ("end", D),
+        ],
+        {"position": 100, "done": True},
+    ),
+    (
+        "a 206 with an unusable Content-Range starts over",
+        "file",
+        [
+            ("get", None),
+            ("answer", ok(100), S, False),
+            ("chunk", 40, (0, 40)),
+            ("get", 40),
+            ("answer", ResponseInfo(206, 60, "bytes 40-99/x"), R, False),
+            ("get", None),
+        ],
+        {"position": 0},
+    ),
+    (
+        "a 206 whose Content-Length disagrees with its Content-Range starts over",
+        "file",
+        [
+            ("get", None),
+            ("answer", ok(100), S, False),
+            ("chunk", 40, (0, 40)),
+            ("get", 40),
+            ("answer", partial(40, 99, 100, length=61), R, False),
+        ],
+        {"position": 0},
+    ),
+    (
+        "a size change seen on a 206 starts a file over",
+        "file",
+        [
+            ("get", None),
+            ("answer", ok(100), S, False),
+            ("chunk", 40, (0, 40)),
+            ("get", 40),
+            ("answer", partial(40, 119, 120), R, False),
+            ("get", None),
+            ("answer", ok(120), S, True),
+            ("chunk", 120, (0, 120)),
+            ("end", D),
+        ],
+        {"total": 120, "done": True},
+    ),
+    (
+        "a size change seen on a 206 fails a stream that yielded bytes",
+        "stream",
+        [
+            ("get", None),
+            ("answer", ok(100), S, False),
+            ("chunk", 40, (0, 40)),
+            ("get", 40),
+            ("answer", partial(40, 119, 120), F, False),
+        ],
+        {"done": False},
+    ),
+    (
+        "a size change seen on a 200 truncates a file",
+        "file",
+        [
+            ("get", None),
+            ("answer", ok(100, "none"), S, False),
+            ("chunk", 40, (0, 40)),
+            ("get", None),
+            ("answer", ok(80, "none"), S, True),
+            ("chunk", 80, (0, 80)),
+            ("end", D),
+        ],
+        {"total": 80, "done": True},
+    ),
+    (
+        "a size change seen on a 200 fails a stream that yielded bytes",
+        "stream",
+        [
+            ("get", None),
+            ("answer", ok(100, "none"), S, False),
+            ("chunk", 40, (0, 40)),
+            ("get", None),
+            ("answer", ok(120, "none"), F, False),
+        ],
+        {},
+    ),
+    (
+        "a chunked file that shrank below what a stream yielded fails",
+        "stream",
+        [
+            ("get", None),
+            ("answer", ok(None, "none"), S, False),
+            ("chunk", 50, (0, 50)),
+            ("get", None),
+            ("answer", ok(None, "none"), S, False),
+            ("chunk", 30, (30, 30)),
+            ("end", F),
+        ],
+        {"done": False},
+    ),
+    (
+        "a stream with nothing yielded may restart on a new size",
+        "stream",
+        [
+            ("get", None),
+            ("answer", ok(100, "none"), S, False),
+            ("get", None),
+            ("answer", ok(120, "none"), S, False),
+            ("chunk", 120, (0, 120)),
+            ("end", D),
+        ],
+        {"total": 120},
+    ),
+    (
+        "416 with n == total is done",
+        "file",
+        [
+            ("get", None),
+            ("answer", ok(100), S, False),
+            ("chunk", 100, (0, 100)),
+            ("get", 100),
+            ("answer", ResponseInfo(416, content_range="bytes */100"), D, False),
+        ],
+        {"done": True, "attempts": 2, "resumes": 1},
+    ),
+    (
+        "416 naming the held size is done for a chunked file of unknown size",
+        "file",
+        [
+            ("get", None),
+            ("answer", ok(None), S, False),
+            ("chunk", 70, (0, 70)),
+            ("get", 70),
+            ("answer", ResponseInfo(416, content_range="bytes */70"), D, False),
+        ],
+        {"done": True, "total": 70},
+    ),
+    (
+        "416 for a file now smaller starts over",
+        "file",
+        [
+            ("get", None),
+            ("answer", ok(100), S, False),
+            ("chunk", 60, (0, 60)),
+            ("get", 60),
+            ("answer", ResponseInfo(416, content_range="bytes */50"), R, False),
+            ("get", None),
+            ("answer", ok(50), S, True),
+        ],
+        {"total": 50},
+    ),
+    (
+        "416 of unknown size for a chunked file starts over",
+        "file",
+        [
+            ("get", None),
+            ("answer", ok(None), S, False),
+            ("chunk", 70, (0, 70)),
+            ("get", 70),
+            ("answer", ResponseInfo(416), R, False),
+        ],
+        {"position": 0},
+    ),
+    (
+        "416 to a request without Range is an error status",
+        "file",
+        [("get", None), ("answer", ResponseInfo(416), E, False)],
+        {},
+    ),
+    (
+        "chunked bodies are done when they end cleanly",
+        "file",
+        [
+            ("get", None),
+            ("answer", ok(None), S, False),
+            ("chunk", 10, (0, 10)),
+            ("chunk", 20, (0, 20)),
+            ("end", D),
+        ],
+        {"total": 30, "done": True},
+    ),
+    (
+        "a body that ends short of its Content-Length is retried from where it stopped",
+        "file",
+        [
+            ("get", None),
+            ("answer", ok(100), S, False),
+            ("chunk", 70, (0, 70)),
+            ("end", R),
+            ("get", 70),
+        ],
+        {"done": False, "position": 70},
+    ),
+    (
+        "a 206 for less than asked is followed by another Range for the rest",
+        "file",
+        [
+            ("get", None),
+            ("answer", ok(100), S, False),
+            ("chunk", 40, (0, 40)),
+            ("get", 40),
+            ("answer", partial(40, 59, 100), S, False),
+            ("chunk", 20, (0, 20)),
+            ("end", R),
+            ("get", 60),
+        ],
+        {"position": 60, "resumes": 2},
+    ),
+    (
+        "bytes past the declared length are never passed on, and the body is distrusted",
+        "file",
+        [
+            ("get", None),
+            ("answer", ok(10), S, False),
+            ("chunk", 15, (0, 10)),
+            ("end", R),
+            ("get", None),
+            ("answer", ok(10), S, True),
+        ],
+        {"position": 0},
+    ),
+    (
+        "an unexpected 2xx fails",
+        "file",
+        [("get", None), ("answer", ResponseInfo(204), F, False)],
+        {},
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("mode", "steps", "final"),
+    [pytest.param(mode, steps, final, id=name) for name, mode, steps, final in SCENARIOS],
+)
+def test_resume_scenario(mode: Mode, steps: list[Step], final: dict[str, Any]) -> None:
+    """Each scenario's requests, decisions and final state follow DESIGN section 6."""
+    state = ResumeState(mode)
+    for step in steps:
+        kind = step[0]
+        if kind == "get":
+            assert state.begin_request() == step[1], step
+        elif kind == "answer":
+            decision = state.on_response(step[1])
+            assert (decision.action, decision.truncate) == (step[2], step[3]), step
+            if decision.action in (Action.RETRY, Action.FAIL):
+                assert decision.reason
+        elif kind == "chunk":
+            assert state.on_chunk(step[1]) == step[2], step
+        else:
+            assert state.on_body_end().action == step[1], step
+    for name, value in final.items():
+        assert getattr(state, name) == value, name
+
+
+@pytest.mark.parametrize("status", [301, 302, 303, 307, 308, 400, 401, 403, 404, 429, 500, 502])
+def test_error_statuses_are_left_to_the_caller(status: int) -> None:
+    """Redirects and error statuses come back as ERROR, without touching the position."""
+    state = ResumeState("file", position=5, ranges_supported=True)
+    state.begin_request()
+    assert state.on_response(ResponseInfo(status)).action is Action.ERROR
+    assert state.position == 5
+
+
+def test_stale_sink_is_truncated_even_when_the_restart_answer_is_a_206() -> None:
+    """After a start-over, the next streamed answer asks the file sink to truncate once."""
+    state = ResumeState("file")
+    state.begin_request()
+    state.on_response(ok(100))
+    state.on_chunk(40)
+    state.begin_request()
+    assert state.on_response(partial(10, 99, 100)).action is Action.RETRY
+    assert state.begin_request() is None
+    first = state.on_response(partial(0, 99, 100))
+    assert (first.action, first.truncate) == (Action.STREAM, True)
+    state.on_chunk(10)
+    assert state.begin_request() == 10
+    assert state.on_response(partial(10, 99, 100)).truncate is False
+
+
+def test_failure_reason_names_both_sizes() -> None:
+    """A stream's size-change failure says what the size was and became."""
+    state = ResumeState("stream")
+    state.begin_request()
+    state.on_response(ok(100, "none"))
+    state.on_chunk(1)
+    state.begin_request()
+    decision = state.on_response(ok(7, "none"))
+    assert decision.action is Action.FAIL
+    assert "100" in decision.reason and "7" in decision.reason
