@@ -11,6 +11,7 @@ Example::
         )
 """
 
+from ._client_config import ClientConfig
 from ._config import Limits, Timeout
 from ._retry import RetryPolicy
 from ._version import __version__
@@ -92,6 +93,7 @@ __all__ = [
     "BuildResources",
     "BuildStatus",
     "Client",
+    "ClientConfig",
     "ClientStateError",
     "ConflictError",
     "Container",

@@ -13,6 +13,7 @@ import aiohttp
 
 from . import _protocol as proto
 from ._calls import Calls
+from ._client_config import ClientConfig
 from ._config import Limits, Timeout
 from ._retry import RetryPolicy
 from ._transport import Transport
@@ -106,6 +107,32 @@ class Client:
         self._calls = Calls(self._transport, self.retry, self.timeout)
         self.templates = Templates(self._calls)
         self.v1 = V1(self._calls)
+
+    @classmethod
+    def from_config(cls, config: ClientConfig) -> Client:
+        """A Client built from a picklable `ClientConfig` (e.g. inside a worker process).
+
+        Makes a fresh SSL context and resolver from the config's factories.
+
+        Raises:
+            ValidationError: the config's resolver factory did not return an aiohttp resolver,
+                or its SSL option could not be turned into a context.
+        """
+        if not isinstance(config, ClientConfig):
+            raise ValidationError("from_config expects a sandboxkit.ClientConfig")
+        resolver = config.make_resolver()
+        if resolver is not None and not isinstance(resolver, aiohttp.abc.AbstractResolver):
+            raise ValidationError("ClientConfig.resolver must return an aiohttp AbstractResolver")
+        return cls(
+            api_key=config.api_key,
+            base_url=config.base_url,
+            timeout=config.timeout,
+            retry=config.retry,
+            limits=config.limits,
+            data_plane_scheme=config.data_plane_scheme,
+            ssl=config.make_ssl(),
+            resolver=resolver,
+        )
 
     def __repr__(self) -> str:
         return f"Client(base_url={self.base_url!r})"

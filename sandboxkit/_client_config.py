@@ -1,0 +1,156 @@
+"""`ClientConfig`: every Client option as one picklable value, for worker processes.
+
+A live `ssl.SSLContext` or aiohttp resolver cannot cross a process boundary, so the config
+holds how to make them instead: `ssl` is a bool, a CA bundle path, or a zero-arg factory;
+`resolver` is a zero-arg factory. `Client.from_config` builds a Client from it on the
+worker. Pickling is checked at construction, so a lambda factory fails on the driver with a
+message naming the option, not later inside a worker with a pickling traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import ssl as ssl_module
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from ._config import Limits, Timeout
+from ._retry import RetryPolicy
+from .errors import ValidationError
+
+__all__ = ["ClientConfig", "SSLFactory", "SSLOption"]
+
+SSLFactory = Callable[[], ssl_module.SSLContext]
+# True/False as for Client; a path is a CA bundle to trust; a factory makes the context.
+SSLOption = bool | str | os.PathLike[str] | SSLFactory
+
+
+def _check_ssl(_: object, __: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, ssl_module.SSLContext):
+        raise ValidationError(
+            "ClientConfig.ssl cannot hold a live SSLContext (it does not pickle): pass a bool, "
+            "a CA bundle path, or a module-level zero-argument function returning the context"
+        )
+    if not isinstance(value, bool | str | os.PathLike) and not callable(value):
+        raise ValidationError("ClientConfig.ssl must be a bool, a CA bundle path or a factory")
+
+
+def _check_resolver(_: object, __: attrs.Attribute[Any], value: object) -> None:
+    # A class is a fine factory; an instance with `resolve` is a live resolver.
+    live = not isinstance(value, type) and hasattr(value, "resolve")
+    if value is not None and (live or not callable(value)):
+        raise ValidationError(
+            "ClientConfig.resolver must be a picklable zero-argument factory (e.g. the "
+            "resolver class) returning an aiohttp resolver, not a resolver instance"
+        )
+
+
+def _check_scheme(_: object, __: attrs.Attribute[Any], value: object) -> None:
+    if value not in ("http", "https"):
+        raise ValidationError(f"data_plane_scheme must be 'http' or 'https', got {value!r}")
+
+
+def _check_type(kind: type) -> Callable[[object, attrs.Attribute[Any], object], None]:
+    def check(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        if not isinstance(value, kind):
+            raise ValidationError(f"ClientConfig.{attribute.name} must be a {kind.__name__}")
+
+    return check
+
+
+def _optional_text(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and not isinstance(value, str):
+        raise ValidationError(f"ClientConfig.{attribute.name} must be a string or None")
+
+
+@attrs.frozen
+class ClientConfig:
+    """Every `Client` option as a frozen, picklable value; build clients with `Client.from_config`.
+
+    Args:
+        api_key: as for Client; None reads `SANDBOXKIT_API_KEY` where the Client is built
+            (use `from_env()` to capture it now, on the driver). Never shown in `repr`.
+        base_url: as for Client; None reads `SANDBOXKIT_BASE_URL` where the Client is built.
+        timeout, retry, limits, data_plane_scheme: as for Client.
+        ssl: True (system store), False (no verification), a CA bundle path to trust, or a
+            picklable zero-argument factory returning an `ssl.SSLContext`.
+        resolver: a picklable zero-argument factory returning an aiohttp resolver (a
+            resolver class works), or None for aiohttp's default.
+
+    Raises:
+        ValidationError: an option of the wrong kind, or one that does not pickle (a lambda
+            or a nested function as a factory), named in the message.
+
+    Example::
+
+        config = sandboxkit.ClientConfig.from_env(retry=sandboxkit.RetryPolicy(max_attempts=8))
+        async with sandboxkit.Client.from_config(config) as client:
+            ...
+    """
+
+    api_key: str | None = attrs.field(default=None, repr=False, validator=_optional_text)
+    base_url: str | None = attrs.field(default=None, validator=_optional_text)
+    timeout: Timeout = attrs.field(factory=Timeout, validator=_check_type(Timeout))
+    retry: RetryPolicy = attrs.field(factory=RetryPolicy, validator=_check_type(RetryPolicy))
+    limits: Limits = attrs.field(factory=Limits, validator=_check_type(Limits))
+    data_plane_scheme: str = attrs.field(default="https", validator=_check_scheme)
+    ssl: SSLOption = attrs.field(default=True, validator=_check_ssl)
+    resolver: Callable[[], Any] | None = attrs.field(default=None, validator=_check_resolver)
+
+    def __attrs_post_init__(self) -> None:
+        # Field by field, so the message names the option that would break in a worker.
+        for field in attrs.fields(type(self)):
+            try:
+                pickle.dumps(getattr(self, field.name))
+            except Exception as exc:  # pickle raises PicklingError, AttributeError, TypeError
+                raise ValidationError(
+                    f"ClientConfig.{field.name} does not pickle ({type(exc).__name__}: {exc}); "
+                    "worker processes need it: use a module-level function or class, or a "
+                    "functools.partial of one"
+                ) from None
+
+    @classmethod
+    def from_env(cls, **options: Any) -> ClientConfig:
+        """A config with `api_key` and `base_url` read from the environment now.
+
+        Args:
+            options: any other field; an explicit `api_key` or `base_url` wins over the
+                environment.
+        """
+        # Imported here: client.py imports this module, and the names live there once.
+        from .client import API_KEY_ENV, BASE_URL_ENV
+
+        options.setdefault("api_key", os.environ.get(API_KEY_ENV))
+        options.setdefault("base_url", os.environ.get(BASE_URL_ENV))
+        return cls(**options)
+
+    def make_ssl(self) -> ssl_module.SSLContext | bool:
+        """The `ssl` option for a Client: the bool, a context trusting the CA file, or the
+        factory's context.
+
+        Raises:
+            ValidationError: the CA file cannot be loaded, or the factory returned something
+                other than an SSLContext.
+        """
+        option = self.ssl
+        if isinstance(option, bool):
+            return option
+        if isinstance(option, str | os.PathLike):
+            try:
+                return ssl_module.create_default_context(cafile=os.fspath(option))
+            except (OSError, ssl_module.SSLError) as exc:
+                raise ValidationError(
+                    f"ClientConfig.ssl: cannot load CA bundle {Path(option)!s}: {exc}"
+                ) from exc
+        context = option()
+        if not isinstance(context, ssl_module.SSLContext):
+            raise ValidationError("ClientConfig.ssl factory must return an ssl.SSLContext")
+        return context
+
+    def make_resolver(self) -> Any:
+        """A fresh resolver from the factory, or None (the Client checks its type)."""
+        return None if self.resolver is None else self.resolver()

@@ -1,0 +1,322 @@
+"""Fan one operation out over many sandboxes with bounded concurrency on one Client.
+
+Every job is checked before any request is sent; then jobs run in an anyio task group under
+a `CapacityLimiter`. A job's failure is recorded in its outcome and never cancels the others
+(cancelling the batch itself still cancels everything). Outcomes come back in job order.
+
+Example::
+
+    jobs = [batch.DownloadJob(ref, "/home/user/out.bin", f"out/{ref.sandbox_key}.bin")
+            for ref in refs]
+    result = await batch.download_many(client, jobs, concurrency=256)
+    print(result.summary)
+    for outcome in result.failures:
+        print(outcome.job.sandbox.sandbox_key, outcome.error)
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+import anyio
+import attrs
+
+from ._validation import check_remote_path
+from .errors import ValidationError
+from .models import DownloadResult, FileEntry
+
+if TYPE_CHECKING:
+    from .client import Client
+    from .resources.sandbox import Sandbox
+
+__all__ = [
+    "BatchResult",
+    "BatchSummary",
+    "DownloadJob",
+    "JobOutcome",
+    "Progress",
+    "SandboxRef",
+    "UploadJob",
+    "check_job",
+    "download_many",
+    "upload_many",
+]
+
+J = TypeVar("J", "DownloadJob", "UploadJob")
+R = TypeVar("R", DownloadResult, FileEntry)
+
+
+@attrs.frozen
+class SandboxRef:
+    """Names one sandbox: its key, its domain and its access token (never shown in `repr`)."""
+
+    sandbox_key: str
+    domain: str
+    access_token: str = attrs.field(repr=False)
+
+
+def _to_path(value: str | os.PathLike[str]) -> Path:
+    return Path(value)
+
+
+@attrs.frozen
+class DownloadJob:
+    """Download `remote` from `sandbox` to the local file `local`."""
+
+    sandbox: SandboxRef
+    remote: str
+    local: Path = attrs.field(converter=_to_path)
+
+
+@attrs.frozen
+class UploadJob:
+    """Upload the local file `local` to `remote` on `sandbox` (overwriting it)."""
+
+    sandbox: SandboxRef
+    remote: str
+    local: Path = attrs.field(converter=_to_path)
+
+
+@attrs.frozen
+class JobOutcome(Generic[J, R]):
+    """What became of one job: exactly one of `result` and `error` is set."""
+
+    job: J
+    result: R | None
+    error: BaseException | None
+
+    @property
+    def ok(self) -> bool:
+        """Whether the job succeeded."""
+        return self.error is None
+
+
+@attrs.frozen
+class BatchSummary:
+    """Totals of one batch.
+
+    Attributes:
+        total: jobs in the batch.
+        done: jobs that succeeded.
+        failed: jobs that failed.
+        bytes: bytes moved by the jobs that succeeded.
+        attempts: requests made by the downloads that succeeded (None for uploads: the
+            upload path does not report its attempts, and we do not guess).
+        retries: `attempts` less one per succeeded download (None for uploads).
+        resumes: ranged requests that continued a cut download (None for uploads).
+        elapsed: wall-clock seconds for the whole batch.
+    """
+
+    total: int
+    done: int
+    failed: int
+    bytes: int
+    attempts: int | None
+    retries: int | None
+    resumes: int | None
+    elapsed: float
+
+
+@attrs.frozen
+class BatchResult(Generic[J, R]):
+    """Per-job outcomes in job order, and the summary."""
+
+    outcomes: tuple[JobOutcome[J, R], ...]
+    summary: BatchSummary
+
+    @property
+    def failures(self) -> tuple[JobOutcome[J, R], ...]:
+        """The outcomes that failed, in job order."""
+        return tuple(o for o in self.outcomes if o.error is not None)
+
+    @property
+    def ok(self) -> bool:
+        """Whether every job succeeded."""
+        return not self.failures
+
+
+Progress = Callable[[int, int, JobOutcome[Any, Any]], object]
+"""Called after each finished job with (finished so far, total, that job's outcome)."""
+
+
+async def download_many(
+    client: Client,
+    jobs: Iterable[DownloadJob],
+    *,
+    concurrency: int = 256,
+    progress: Progress | None = None,
+    checksum: bool = True,
+) -> BatchResult[DownloadJob, DownloadResult]:
+    """Download every job's file, at most `concurrency` at a time.
+
+    Args:
+        client: the Client whose pools and retry policy every job shares.
+        jobs: what to download; all are checked before the first request.
+        concurrency: downloads in flight at once.
+        progress: called in the event loop after each finished job; keep it quick, and do
+            not let it raise (an exception from it stops the batch).
+        checksum: compute each file's sha256 (see `files.download`).
+
+    Raises:
+        ValidationError: a bad job (named by its index) or a bad `concurrency`; nothing was
+            sent.
+    """
+    todo = _check_jobs(client, jobs, DownloadJob, concurrency)
+
+    async def run(sandbox: Sandbox, job: DownloadJob) -> DownloadResult:
+        return await sandbox.files.download(job.remote, job.local, checksum=checksum)
+
+    outcomes, elapsed = await _run_all(todo, run, concurrency, progress)
+    done = [o.result for o in outcomes if o.result is not None]
+    attempts = sum(r.attempts for r in done)
+    summary = BatchSummary(
+        total=len(outcomes),
+        done=len(done),
+        failed=len(outcomes) - len(done),
+        bytes=sum(r.size for r in done),
+        attempts=attempts,
+        retries=attempts - len(done),
+        resumes=sum(r.resumes for r in done),
+        elapsed=elapsed,
+    )
+    return BatchResult(tuple(outcomes), summary)
+
+
+async def upload_many(
+    client: Client,
+    jobs: Iterable[UploadJob],
+    *,
+    concurrency: int = 256,
+    progress: Progress | None = None,
+) -> BatchResult[UploadJob, FileEntry]:
+    """Upload every job's local file, at most `concurrency` at a time.
+
+    Args:
+        client: the Client whose pools and retry policy every job shares.
+        jobs: what to upload; all are checked (local files must exist) before any request.
+        concurrency: uploads in flight at once.
+        progress: as for `download_many`.
+
+    Raises:
+        ValidationError: a bad job (named by its index) or a bad `concurrency`; nothing was
+            sent.
+    """
+    todo = _check_jobs(client, jobs, UploadJob, concurrency)
+    sizes = _source_sizes(todo)
+
+    async def run(sandbox: Sandbox, job: UploadJob) -> FileEntry:
+        return await sandbox.files.upload(job.remote, job.local)
+
+    outcomes, elapsed = await _run_all(todo, run, concurrency, progress)
+    done = [o for o in outcomes if o.error is None]
+    summary = BatchSummary(
+        total=len(outcomes),
+        done=len(done),
+        failed=len(outcomes) - len(done),
+        bytes=sum(sizes[o.job.local] for o in done),
+        attempts=None,
+        retries=None,
+        resumes=None,
+        elapsed=elapsed,
+    )
+    return BatchResult(tuple(outcomes), summary)
+
+
+def _check_jobs(
+    client: Client, jobs: Iterable[J], kind: type[J], concurrency: int
+) -> list[tuple[Sandbox, J]]:
+    """Validate every job and make one Sandbox handle per distinct sandbox (no network)."""
+    if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
+        raise ValidationError(f"concurrency must be an integer >= 1, got {concurrency!r}")
+    handles: dict[SandboxRef, Sandbox] = {}
+    todo: list[tuple[Sandbox, J]] = []
+    locals_seen: dict[Path, int] = {}
+    for index, job in enumerate(jobs):
+        try:
+            check_job(job, kind)
+            _check_local(job, locals_seen, index)
+            ref = job.sandbox
+            if ref not in handles:
+                handles[ref] = client.sandbox(
+                    sandbox_key=ref.sandbox_key, domain=ref.domain, access_token=ref.access_token
+                )
+        except ValidationError as exc:
+            raise ValidationError(f"jobs[{index}]: {exc}") from None
+        todo.append((handles[ref], job))
+    return todo
+
+
+def check_job(job: object, kind: type[DownloadJob] | type[UploadJob]) -> None:
+    """Check a job's shape without touching the disk: its type, remote path and sandbox.
+
+    `download_many` and `upload_many` also check local paths and the sandbox's names; this
+    is the part a coordinator can check before sending jobs to other machines.
+
+    Raises:
+        ValidationError: what is wrong (the caller adds the job's index).
+    """
+    if not isinstance(job, kind):
+        raise ValidationError(f"expected a {kind.__name__}, got {type(job).__name__}")
+    check_remote_path(job.remote)
+    if not isinstance(job.sandbox, SandboxRef):
+        raise ValidationError("sandbox must be a sandboxkit.batch.SandboxRef")
+
+
+def _source_sizes(todo: Sequence[tuple[Sandbox, UploadJob]]) -> dict[Path, int]:
+    # Measured before sending: FileEntry does not report a size, the local file does.
+    return {job.local: job.local.stat().st_size for _, job in todo}
+
+
+def _check_local(job: DownloadJob | UploadJob, seen: dict[Path, int], index: int) -> None:
+    if not str(job.local) or job.local == Path():
+        raise ValidationError("local path must not be empty")
+    if isinstance(job, UploadJob):
+        if not job.local.is_file():
+            raise ValidationError(f"local file {str(job.local)!r} does not exist")
+        return
+    # Two downloads into one file would race each other's rename: refuse the batch instead.
+    key = job.local.absolute()
+    if key in seen:
+        raise ValidationError(f"local path {str(job.local)!r} is also jobs[{seen[key]}]'s")
+    seen[key] = index
+    if not job.local.parent.is_dir():
+        raise ValidationError(f"local directory {str(job.local.parent)!r} does not exist")
+
+
+async def _run_all(
+    todo: Sequence[tuple[Sandbox, J]],
+    run: Callable[[Sandbox, J], Awaitable[R]],
+    concurrency: int,
+    progress: Progress | None,
+) -> tuple[list[JobOutcome[J, R]], float]:
+    started = time.monotonic()
+    outcomes: list[JobOutcome[J, R] | None] = [None] * len(todo)
+    limiter = anyio.CapacityLimiter(concurrency)
+    finished = 0
+
+    async def one(index: int, sandbox: Sandbox, job: J, slot: object) -> None:
+        nonlocal finished
+        try:
+            try:
+                outcome: JobOutcome[J, R] = JobOutcome(job, await run(sandbox, job), None)
+            except Exception as exc:  # one job's failure is data; cancellation is not caught
+                outcome = JobOutcome(job, None, exc)
+            outcomes[index] = outcome
+            finished += 1
+            if progress is not None:
+                progress(finished, len(todo), outcome)
+        finally:
+            limiter.release_on_behalf_of(slot)
+
+    async with anyio.create_task_group() as group:
+        for index, (sandbox, job) in enumerate(todo):
+            # Acquire before spawning: a million-job list holds `concurrency` tasks, not a
+            # million parked ones.
+            slot = object()
+            await limiter.acquire_on_behalf_of(slot)
+            group.start_soon(one, index, sandbox, job, slot)
+    return [o for o in outcomes if o is not None], time.monotonic() - started

@@ -1,0 +1,223 @@
+"""sandboxkit.sync against the emulator, driven from plain synchronous code and threads."""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import anyio.from_thread
+import attrs
+import pytest
+
+import sandboxkit
+from sandboxkit import sync
+from sandboxkit.emulator import Emulator, ManualClock
+from sandboxkit.resources.templates import Templates as AsyncTemplates
+
+FAST_RETRY = sandboxkit.RetryPolicy.no_delay(max_attempts=8)
+BUILD = {"source": {"image": "ubuntu:22.04"}, "commands": ["make", "make test"]}
+RESOURCES = sandboxkit.CustomResources(cpu_count=1, memory_mb=512, disk_size_mb=1024)
+
+
+@attrs.frozen
+class Running:
+    """An emulator served by its own loop thread, with a way to call it from the test."""
+
+    emu: Emulator
+    portal: anyio.from_thread.BlockingPortal
+    clock: ManualClock
+
+    def new_sandbox(self) -> dict[str, Any]:
+        return self.portal.call(self.emu.create_sandbox)
+
+    def options(self) -> sync.ClientOptions:
+        return {
+            "api_key": self.emu.api_key,
+            "base_url": self.emu.base_url,
+            "data_plane_scheme": self.emu.data_plane_scheme,
+            "resolver": self.emu.resolver,
+            "retry": FAST_RETRY,
+        }
+
+
+@pytest.fixture
+def running() -> Iterator[Running]:
+    clock = ManualClock()
+    with (
+        anyio.from_thread.start_blocking_portal() as portal,
+        portal.wrap_async_context_manager(Emulator(clock=clock, build_seconds=60)) as emu,
+    ):
+        yield Running(emu, portal, clock)
+
+
+@pytest.fixture
+def client(running: Running) -> Iterator[sync.Client]:
+    with sync.Client(**running.options()) as c:
+        yield c
+
+
+def exercise(running: Running, client: sync.Client, tmp_path: Path, tag: str) -> None:
+    """Upload, download, read and stream a file, then page builds and read their logs."""
+    sbx = client.sandbox_from_response(running.new_sandbox())
+    data = hashlib.sha256(tag.encode()).digest() * 1000
+    entry = sbx.files.upload(f"/home/user/{tag}.bin", data)
+    assert entry.path == f"/home/user/{tag}.bin"
+    result = sbx.files.download(f"/home/user/{tag}.bin", tmp_path / f"{tag}.bin")
+    assert result.sha256 == hashlib.sha256(data).hexdigest()
+    assert (tmp_path / f"{tag}.bin").read_bytes() == data
+    assert sbx.files.read_bytes(f"/home/user/{tag}.bin") == data
+    with sbx.files.iter_bytes(f"/home/user/{tag}.bin", chunk_size=4096) as chunks:
+        assert b"".join(chunks) == data
+
+    created = client.templates.create(name=f"tpl-{tag}", resources=RESOURCES, build=BUILD)
+    running.portal.call(running.emu.add_builds, created.id, 4)
+    pages = list(client.templates.builds(created.id, page_size=2).pages())
+    assert [len(p.items) for p in pages] == [2, 2, 1]
+    assert {b.id for b in client.templates.builds(created.id)} == {
+        b.id for p in pages for b in p.items
+    }
+    logs = list(client.templates.build_logs(created.id, created.build_id))
+    assert logs and "queued" in logs[0].message
+
+
+def test_sync_client_does_every_kind_of_operation(
+    running: Running, client: sync.Client, tmp_path: Path
+) -> None:
+    """Plain sync code uploads, downloads, streams, pages builds and follows logs to the end."""
+    exercise(running, client, tmp_path, "solo")
+
+    created = client.templates.create(name="followed", resources=RESOURCES, build=BUILD)
+    messages = []
+    for entry in client.templates.build_logs(created.id, created.build_id, follow=True):
+        if not messages:
+            # The build finishes by the emulator's clock; the follower then drains and stops.
+            running.clock.advance(120)
+        messages.append(entry.message)
+    assert messages[-1].endswith("finished: ready")
+    assert len(messages) > 5
+
+
+def test_one_sync_client_shared_by_eight_threads(
+    running: Running, client: sync.Client, tmp_path: Path
+) -> None:
+    """Eight threads at once share one sync Client for transfers, paging and logs."""
+    together = threading.Barrier(8, timeout=30)
+
+    def worker(n: int) -> int:
+        together.wait()  # all eight are in flight at the same time
+        exercise(running, client, tmp_path, f"t{n}")
+        return n
+
+    with ThreadPoolExecutor(8) as pool:
+        assert sorted(pool.map(worker, range(8))) == list(range(8))
+
+
+def test_errors_surface_and_closing_is_final(running: Running, tmp_path: Path) -> None:
+    """Service errors come through as sandboxkit exceptions; a closed client refuses calls."""
+    client = sync.Client(**running.options())
+    sbx = client.sandbox_from_response(running.new_sandbox())
+    with pytest.raises(sandboxkit.NotFoundError):
+        sbx.files.read_bytes("/home/user/missing")
+    with pytest.raises(sandboxkit.ValidationError):
+        sbx.files.read_bytes("relative/path")
+    sbx.close()
+    assert not client.closed
+
+    client.close()
+    client.close()
+    assert client.closed
+    with pytest.raises(sandboxkit.ClientStateError):
+        sbx.files.read_bytes("/home/user/x")
+    assert not any(t.name == "sandboxkit-sync" for t in threading.enumerate())
+
+
+def test_bad_options_leave_no_loop_running(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Client that cannot be built raises ValidationError and stops its loop thread."""
+    monkeypatch.delenv("SANDBOXKIT_API_KEY", raising=False)
+    with pytest.raises(sandboxkit.ValidationError, match="API key"):
+        sync.Client(base_url="http://127.0.0.1:1")
+    assert not any(t.name == "sandboxkit-sync" for t in threading.enumerate())
+
+
+def test_from_config_builds_a_working_client(running: Running) -> None:
+    """sync.Client.from_config wires the emulator from a picklable config."""
+    config = sandboxkit.ClientConfig(
+        api_key=running.emu.api_key,
+        base_url=running.emu.base_url,
+        data_plane_scheme="http",
+        resolver=type(running.emu.resolver),
+    )
+    with sync.Client.from_config(config) as client:
+        sbx = client.sandbox_from_response(running.new_sandbox())
+        sbx.files.upload("/home/user/x", b"xyz")
+        assert sbx.files.read_bytes("/home/user/x") == b"xyz"
+
+
+def test_undeclared_async_methods_still_work_untyped(
+    client: sync.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A coroutine method the facade does not name is still reached, as a blocking call."""
+
+    async def ping(self: AsyncTemplates, word: str) -> str:
+        return word * 2
+
+    monkeypatch.setattr(AsyncTemplates, "ping", ping, raising=False)
+    assert client.templates.ping("ab") == "abab"  # type: ignore[attr-defined]
+
+
+def public_callables(cls: type) -> set[str]:
+    return {
+        name
+        for name, value in inspect.getmembers(cls)
+        if not name.startswith("_") and (inspect.isfunction(value) or inspect.ismethod(value))
+    }
+
+
+def sync_name(name: str) -> str:
+    return "close" if name == "aclose" else name
+
+
+def test_every_public_async_method_has_a_typed_sync_counterpart() -> None:
+    """Every public method and resource of the async client has a declared sync counterpart."""
+    async_client = sandboxkit.Client(api_key="k", base_url="http://127.0.0.1:1")
+    roots: list[object] = [
+        async_client,
+        async_client.sandbox(sandbox_key="k", domain="d", access_token="t"),
+        async_client.templates.builds("t"),
+    ]
+    pairs = {type(async_client): sync.Client}
+    checked = []
+    while roots:
+        target = roots.pop()
+        facade = pairs.get(type(target)) or sync._FACADES[type(target)]
+        declared = {n for klass in facade.__mro__ for n in vars(klass)}
+        for name in public_callables(type(target)) - {"from_config"}:
+            assert sync_name(name) in declared, f"{facade.__name__} lacks {sync_name(name)}"
+            checked.append(f"{type(target).__name__}.{name}")
+        for name, value in vars(target).items():
+            if not name.startswith("_") and type(value) in sync._FACADES:
+                assert isinstance(vars(facade).get(name), sync._Child), (facade, name)
+                roots.append(value)
+    # The walk reached every resource family, including v1's, and saw their methods.
+    for name in (
+        "Client.request",
+        "Templates.create",
+        "V1.create_api_key",
+        "Containers.shell",
+        "Sandbox.aclose",
+        "Files.iter_bytes",
+        "BuildPager.pages",
+    ):
+        assert name in checked
+    assert "iter_bytes" in vars(sync.Files) and "__iter__" in vars(sync.BuildPager)
+
+
+def test_option_types_match_the_async_client() -> None:
+    """sync.ClientOptions names exactly the async Client's keyword options."""
+    options = inspect.signature(sandboxkit.Client).parameters
+    assert set(sync.ClientOptions.__annotations__) == set(options)
