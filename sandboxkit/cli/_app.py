@@ -1,0 +1,251 @@
+"""The click group, its settings, and the one place where errors become exit codes.
+
+Exit codes: 0 success, 1 a service or transport error, 2 bad input (a `ValidationError`
+or a usage error; nothing was sent), 130 interrupted (Ctrl-C), 143 terminated (SIGTERM).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import ssl
+import sys
+import traceback
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, NoReturn, TypeVar
+
+import attrs
+import click
+
+import sandboxkit
+
+__all__ = [
+    "EXIT_API",
+    "EXIT_INPUT",
+    "EXIT_INTERRUPTED",
+    "EXIT_TERMINATED",
+    "Settings",
+    "cli",
+    "describe",
+    "fail",
+    "main",
+    "run_cancellable",
+]
+
+T = TypeVar("T")
+
+EXIT_API = 1
+EXIT_INPUT = 2
+EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
+
+# Placeholders for the control plane when only the data plane is used: `Client` requires an
+# API key and a base URL, but `files` commands never send anything to the console.
+# `.invalid` is reserved (RFC 2606): this name can never reach a real host.
+_UNUSED_BASE_URL = "https://console.invalid"
+_UNUSED_API_KEY = "unused-by-data-plane-commands"
+
+
+@attrs.frozen
+class Settings:
+    """The global options, shared by every command through click's context object."""
+
+    api_key: str | None
+    base_url: str | None
+    ca_file: str | None
+    debug: bool
+
+    def ssl_option(self) -> ssl.SSLContext | bool:
+        """An SSL context trusting `--ca-file` (the emulator's CA with `--tls`), else True."""
+        if self.ca_file is None:
+            return True
+        return ssl.create_default_context(cafile=self.ca_file)
+
+    def client(self, *, control_plane: bool = True, **options: Any) -> sandboxkit.Client:
+        """A `Client` from the settings; `options` are passed through.
+
+        Raises:
+            click.UsageError: no API key or base URL for a command that needs the console.
+        """
+        api_key, base_url = self.api_key, self.base_url
+        if control_plane:
+            if not api_key:
+                raise click.UsageError("no API key: pass --api-key or set SANDBOXKIT_API_KEY")
+            if not base_url:
+                raise click.UsageError("no base URL: pass --base-url or set SANDBOXKIT_BASE_URL")
+        return sandboxkit.Client(
+            api_key=api_key or _UNUSED_API_KEY,
+            base_url=base_url or _UNUSED_BASE_URL,
+            ssl=self.ssl_option(),
+            **options,
+        )
+
+    def run(self, work: Callable[[], Awaitable[T]]) -> T:
+        """Run `work()` in a fresh event loop, turning failures into one line and an exit code.
+
+        Ctrl-C and SIGTERM cancel the running task (so transfers clean up their temporary
+        files) and exit 130 and 143.
+        """
+        try:
+            return run_cancellable(work)
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            raise SystemExit(EXIT_INTERRUPTED) from None
+        except asyncio.CancelledError:
+            click.echo("terminated", err=True)
+            raise SystemExit(EXIT_TERMINATED) from None
+        except click.ClickException:
+            raise
+        except Exception as exc:
+            fail(exc, debug=self.debug)
+
+
+def run_cancellable(work: Callable[[], Awaitable[T]]) -> T:
+    """`asyncio.run(work())`, where Ctrl-C and SIGTERM both cancel the task.
+
+    asyncio turns Ctrl-C into a cancellation and then `KeyboardInterrupt`; SIGTERM would
+    kill the process outright, skipping the cleanup that cancellation runs (a download's
+    temporary file), so it cancels too and surfaces as `CancelledError`.
+    """
+    return asyncio.run(_call(work))
+
+
+async def _call(work: Callable[[], Awaitable[T]]) -> T:
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    try:
+        loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    except (NotImplementedError, RuntimeError, ValueError):
+        return await work()  # Windows, or not the main thread: no handler, same work
+    try:
+        return await work()
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
+
+
+def describe(exc: BaseException) -> str:
+    """One line naming the error's class, status, request id and message.
+
+    Example: ``NotFoundError: status=404 request_id=req-1f: template not found``.
+    """
+    name = type(exc).__name__
+    if isinstance(exc, sandboxkit.APIError):
+        facts = [f"status={exc.status}"]
+        if exc.code is not None:
+            facts.append(f"code={exc.code}")
+        if exc.request_id:
+            facts.append(f"request_id={exc.request_id}")
+        text = f"{name}: {' '.join(facts)}: {exc.message}"
+    elif isinstance(exc, sandboxkit.ValidationError):
+        text = f"{name}: {exc} (nothing was sent)"
+    else:
+        text = f"{name}: {exc}" if str(exc) else name
+    # Multi-line service messages would break "one line"; fold them.
+    return " ".join(text.split())
+
+
+def exit_code(exc: BaseException) -> int:
+    """2 for bad input caught before sending, 1 for everything else."""
+    return EXIT_INPUT if isinstance(exc, sandboxkit.ValidationError) else EXIT_API
+
+
+def fail(exc: BaseException, *, debug: bool) -> NoReturn:
+    """Print `exc` as one line on stderr (and its traceback with `--debug`), then exit."""
+    if debug:
+        traceback.print_exception(exc, file=sys.stderr)
+    click.echo(f"error: {describe(exc)}", err=True)
+    raise SystemExit(exit_code(exc))
+
+
+# click >= 8.2 raises this for a group called without a command; 8.1 prints help itself.
+_NO_ARGS_IS_HELP: tuple[type[click.UsageError], ...] = tuple(
+    getattr(click.exceptions, name)
+    for name in ("NoArgsIsHelpError",)
+    if hasattr(click.exceptions, name)
+)
+
+
+class _Group(click.Group):
+    """A group whose usage errors are one line too, and whose Ctrl-C exits 130."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        """Parse and run like click, but print usage errors as one line."""
+        try:
+            result = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except _NO_ARGS_IS_HELP as exc:  # a bare group: its help is the answer, not an error
+            click.echo(exc.format_message(), err=True)
+            code = exc.exit_code
+        except click.UsageError as exc:
+            hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+            click.echo(f"error: {exc.format_message()}{hint}", err=True)
+            code = exc.exit_code
+        except click.ClickException as exc:
+            click.echo(f"error: {exc.format_message()}", err=True)
+            code = exc.exit_code
+        except click.Abort:  # click's translation of Ctrl-C while parsing or prompting
+            click.echo("interrupted", err=True)
+            code = EXIT_INTERRUPTED
+        else:
+            code = result if isinstance(result, int) else 0
+        if not standalone_mode:
+            return code
+        sys.exit(code)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--api-key",
+    envvar="SANDBOXKIT_API_KEY",
+    show_envvar=True,
+    help="API key or OAuth access token for the console.",
+)
+@click.option(
+    "--base-url",
+    envvar="SANDBOXKIT_BASE_URL",
+    show_envvar=True,
+    help="Console address hosting /api/v1 and /api/v2.",
+)
+@click.option(
+    "--ca-file",
+    envvar="SANDBOXKIT_CA_FILE",
+    show_envvar=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="Extra CA certificate to trust (e.g. the one `sandboxkit emulator --tls` prints).",
+)
+@click.option("--debug", is_flag=True, help="Show tracebacks and the SDK's retry log.")
+@click.version_option(sandboxkit.__version__, prog_name="sandboxkit")
+@click.pass_context
+def cli(
+    ctx: click.Context, api_key: str | None, base_url: str | None, ca_file: str | None, debug: bool
+) -> None:
+    """sandboxkit: templates, builds and file transfer on the sandbox service.
+
+    Run `sandboxkit demo` to see everything work against the built-in emulator.
+    """
+    _configure_logging(debug)
+    ctx.obj = Settings(api_key=api_key, base_url=base_url, ca_file=ca_file, debug=debug)
+
+
+def _configure_logging(debug: bool) -> None:
+    # The SDK logs each retry at WARNING. Without a handler Python's last-resort handler
+    # would print them bare on stderr; show them only with --debug (the demo shows its own).
+    logger = logging.getLogger("sandboxkit")
+    if debug:
+        logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
+        logger.setLevel(logging.INFO)
+    elif not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
+        logger.addHandler(logging.NullHandler())
+
+
+def main() -> None:
+    """The console script's entry point."""
+    cli(prog_name="sandboxkit")

@@ -1,0 +1,267 @@
+"""`templates`, `builds` and `emulator` commands (files are in `_files.py`, demo in `_demo.py`)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+import attrs
+import click
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+import sandboxkit
+
+from ._app import Settings, fail, run_cancellable
+from ._emulator import serve
+
+__all__ = ["LEVEL_STYLES", "builds", "builds_table", "emulator", "log_line", "templates", "to_json"]
+
+LEVEL_STYLES = {"debug": "dim", "info": "cyan", "warn": "yellow", "error": "bold red"}
+
+
+def to_json(value: Any) -> str:
+    """One attrs record as a single JSON line (timestamps in ISO 8601)."""
+
+    def plain(_: Any, __: Any, item: Any) -> Any:
+        if isinstance(item, datetime):
+            return item.isoformat()
+        if isinstance(item, Mapping):
+            return dict(item)
+        return item
+
+    return json.dumps(attrs.asdict(value, value_serializer=plain), sort_keys=True)
+
+
+def log_line(entry: sandboxkit.LogEntry) -> Text:
+    """A log entry as one line coloured by its level."""
+    stamp = entry.timestamp.strftime("%H:%M:%S") if entry.timestamp else "--:--:--"
+    style = LEVEL_STYLES.get(entry.level, "")
+    line = Text(f"{stamp} ", style="dim")
+    line.append(f"{entry.level.upper():<5} ", style=style)
+    line.append(entry.message, style=style if entry.level in ("warn", "error") else "")
+    return line
+
+
+def _labels(_: click.Context, __: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
+    labels: dict[str, str] = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}")
+        labels[key] = value
+    return labels
+
+
+def _resources(
+    cpu: int | None, memory_mb: int | None, disk_mb: int | None, product: str | None
+) -> sandboxkit.CustomResources | sandboxkit.PresetResources:
+    custom = (cpu, memory_mb, disk_mb)
+    if product is not None:
+        if any(v is not None for v in custom):
+            raise click.UsageError("give either --product or --cpu/--memory-mb/--disk-mb, not both")
+        return sandboxkit.PresetResources(product=product)
+    if cpu is None or memory_mb is None or disk_mb is None:
+        raise click.UsageError("give --cpu, --memory-mb and --disk-mb together, or --product")
+    return sandboxkit.CustomResources(cpu_count=cpu, memory_mb=memory_mb, disk_size_mb=disk_mb)
+
+
+@click.group()
+def templates() -> None:
+    """Create templates (each comes with its initial build)."""
+
+
+@templates.command("create")
+@click.argument("name")
+@click.option("--cpu", type=int, help="vCPUs (custom resources, max 16).")
+@click.option("--memory-mb", type=int, help="Memory in MiB (custom resources).")
+@click.option("--disk-mb", type=int, help="Boot disk in MiB (custom resources).")
+@click.option("--product", help="A catalog SKU instead of custom resources.")
+@click.option("--idc", "idc_name", help="Owning data center (default: the organization's).")
+@click.option(
+    "--label",
+    "labels",
+    multiple=True,
+    callback=_labels,
+    metavar="KEY=VALUE",
+    help="A label (repeatable).",
+)
+@click.option("--description", help="Up to 256 characters.")
+@click.option("--idempotency-key", help="Reuse to make a repeated create answer the same.")
+@click.option("--command", "commands", multiple=True, help="A build step (repeatable).")
+@click.option("--start-cmd", help="The template's start command.")
+@click.option("--split", is_flag=True, help="Split flow: the build waits for `builds start`.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
+@click.pass_obj
+def templates_create(
+    settings: Settings,
+    name: str,
+    cpu: int | None,
+    memory_mb: int | None,
+    disk_mb: int | None,
+    product: str | None,
+    idc_name: str | None,
+    labels: dict[str, str],
+    description: str | None,
+    idempotency_key: str | None,
+    commands: tuple[str, ...],
+    start_cmd: str | None,
+    split: bool,
+    as_json: bool,
+) -> None:
+    """Create template NAME and its initial build."""
+    resources = _resources(cpu, memory_mb, disk_mb, product)
+    build: dict[str, Any] | None = None
+    if not split:
+        build = {"commands": list(commands)}
+        if start_cmd is not None:
+            build["start_cmd"] = start_cmd
+    elif commands or start_cmd:
+        raise click.UsageError("--command and --start-cmd need the combined flow (drop --split)")
+
+    async def work() -> sandboxkit.TemplateCreated:
+        async with settings.client() as client:
+            return await client.templates.create(
+                name=name,
+                resources=resources,
+                description=description,
+                idc_name=idc_name,
+                labels=labels or None,
+                build=build,
+                idempotency_key=idempotency_key,
+            )
+
+    created = settings.run(work)
+    if as_json:
+        click.echo(to_json(created))
+        return
+    click.echo(
+        f"template {created.id}  build {created.build_id}  status={created.status}  "
+        f"replayed={created.replayed}  idempotency_key={created.idempotency_key}"
+    )
+
+
+@click.group()
+def builds() -> None:
+    """List builds, start a waiting one, read or follow their logs."""
+
+
+@builds.command("list")
+@click.argument("template_id")
+@click.option("--page-size", type=int, default=20, show_default=True, help="Builds per page.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@click.pass_obj
+def builds_list(settings: Settings, template_id: str, page_size: int, as_json: bool) -> None:
+    """List the builds of TEMPLATE_ID, newest first, fetching every page."""
+
+    async def work() -> tuple[list[sandboxkit.Build], int]:
+        found: list[sandboxkit.Build] = []
+        pages = 0
+        async with settings.client() as client:
+            async for page in client.templates.builds(template_id, page_size=page_size).pages():
+                pages += 1
+                found.extend(page.items)
+                if as_json:  # stream: a script sees each page as soon as it arrives
+                    for build in page.items:
+                        click.echo(to_json(build))
+        return found, pages
+
+    found, pages = settings.run(work)
+    if not as_json:
+        table = builds_table(found)
+        table.caption = f"{len(found)} builds, {pages} page(s) of up to {page_size}"
+        Console().print(table)
+
+
+def builds_table(found: list[sandboxkit.Build]) -> Table:
+    """A table of builds that fits 80 columns (`--json` has every field in full)."""
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    # Ids and statuses are what people copy: never wrap them.
+    for name in ("id", "status", "trigger", "artifact", "created", "finished"):
+        table.add_column(name, no_wrap=True)
+    failures = any(build.failure for build in found)
+    if failures:
+        table.add_column("failure", overflow="fold")
+
+    def when(value: datetime | None) -> str:
+        return value.strftime("%H:%M:%S") if value else ""
+
+    for build in found:
+        row = [
+            build.id,
+            build.status or "",
+            build.trigger or "",
+            build.artifact_state or "",
+            when(build.created_at),
+            when(build.finished_at),
+        ]
+        if failures:
+            row.append((build.failure.code or "") if build.failure else "")
+        table.add_row(*row)
+    return table
+
+
+@builds.command("start")
+@click.argument("template_id")
+@click.argument("build_id")
+@click.pass_obj
+def builds_start(settings: Settings, template_id: str, build_id: str) -> None:
+    """Start BUILD_ID, a build waiting in the split flow (never retried)."""
+
+    async def work() -> None:
+        async with settings.client() as client:
+            await client.templates.start_build(template_id, build_id)
+
+    settings.run(work)
+    click.echo(f"started build {build_id}")
+
+
+@builds.command("logs")
+@click.argument("template_id")
+@click.argument("build_id")
+@click.option("--level", help="Only this level: debug, info, warn or error.")
+@click.option("--follow", "-f", is_flag=True, help="Keep reading until the build finishes.")
+@click.pass_obj
+def builds_logs(
+    settings: Settings, template_id: str, build_id: str, level: str | None, follow: bool
+) -> None:
+    """Print the logs of BUILD_ID, coloured by level.
+
+    With --follow, waits for new lines until the build finishes (exit 1 if it failed) or
+    Ctrl-C.
+    """
+    console = Console(highlight=False)
+
+    async def work() -> None:
+        async with settings.client() as client:
+            stream = client.templates.build_logs(
+                template_id, build_id, level=level, follow=follow, raise_on_failure=follow
+            )
+            async with stream:
+                async for entry in stream:
+                    console.print(log_line(entry))
+
+    settings.run(work)
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Listen address.")
+@click.option("--port", type=click.IntRange(0, 65535), default=0, help="Console port (0: any).")
+@click.option("--data-port", type=click.IntRange(0, 65535), default=0, help="Data-plane port.")
+@click.option("--tls", is_flag=True, help="Serve HTTPS with a throwaway CA (needs trustme).")
+@click.pass_obj
+def emulator(settings: Settings, host: str, port: int, data_port: int, tls: bool) -> None:
+    """Run the service emulator in the foreground until Ctrl-C or SIGTERM (exit 0)."""
+    try:
+        run_cancellable(lambda: serve(host=host, port=port, data_port=data_port, tls=tls))
+    except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C or SIGTERM: a normal stop
+        click.echo("emulator stopped", err=True)
+    except click.ClickException:
+        raise
+    except Exception as exc:  # e.g. the port is taken: one line, no traceback
+        fail(exc, debug=settings.debug)

@@ -1,0 +1,200 @@
+"""`sandboxkit files download|upload`: one sandbox's data plane, with a progress bar."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+import time
+from pathlib import Path
+
+import aiohttp
+import anyio
+import click
+from aiohttp.abc import AbstractResolver, ResolveResult
+from rich.console import Console
+
+import sandboxkit
+from sandboxkit.emulator import EmulatorResolver
+
+from ._app import Settings
+from ._progress import TransferBar, format_size, transfer_progress
+
+__all__ = ["EmulatorAwareResolver", "download_line", "files", "sha256_of", "upload_line"]
+
+
+class EmulatorAwareResolver(AbstractResolver):
+    """Resolve the emulator's `*.sandbox.test` names to loopback and the rest as usual.
+
+    `.test` never resolves on real DNS (RFC 6761), so an emulator sandbox is unreachable
+    by name unless someone maps it; this is that mapping, and nothing else changes.
+    """
+
+    def __init__(self) -> None:
+        self._emulator = EmulatorResolver()
+        self._default = aiohttp.DefaultResolver()
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        """Loopback for the emulator's names; the default resolver for every other."""
+        if self._emulator.handles(host):
+            return await self._emulator.resolve(host, port, family)
+        return await self._default.resolve(host, port, family)
+
+    async def close(self) -> None:
+        """Release the default resolver."""
+        await self._default.close()
+
+
+def _sandbox_options(command: click.decorators.FC) -> click.decorators.FC:
+    """The options naming one sandbox, shared by download and upload."""
+    options = [
+        click.option(
+            "--sandbox-key",
+            envvar="SANDBOXKIT_SANDBOX_KEY",
+            show_envvar=True,
+            required=True,
+            help="The sandbox's key (`data.sandbox_key`).",
+        ),
+        click.option(
+            "--domain",
+            envvar="SANDBOXKIT_SANDBOX_DOMAIN",
+            show_envvar=True,
+            required=True,
+            help="The sandbox's domain, used verbatim (`data.domain`).",
+        ),
+        click.option(
+            "--token",
+            envvar="SANDBOXKIT_SANDBOX_TOKEN",
+            show_envvar=True,
+            required=True,
+            help="The sandbox access token (`sandbox_access_token`).",
+        ),
+        click.option(
+            "--data-plane-scheme",
+            envvar="SANDBOXKIT_DATA_PLANE_SCHEME",
+            show_envvar=True,
+            type=click.Choice(["https", "http"]),
+            default="https",
+            show_default=True,
+            help="http for the emulator without --tls.",
+        ),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def _open_sandbox(
+    settings: Settings, sandbox_key: str, domain: str, token: str, scheme: str
+) -> tuple[sandboxkit.Client, sandboxkit.Sandbox]:
+    client = settings.client(
+        control_plane=False, data_plane_scheme=scheme, resolver=EmulatorAwareResolver()
+    )
+    return client, client.sandbox(sandbox_key=sandbox_key, domain=domain, access_token=token)
+
+
+def sha256_of(path: Path) -> str:
+    """The hex SHA-256 of a local file, read in 1 MiB pieces (blocking: run it in a thread)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as source:
+        while chunk := source.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def download_line(result: sandboxkit.DownloadResult) -> str:
+    """The final line of a download: size, elapsed, rate, attempts, resumes and sha256."""
+    rate = result.size / result.elapsed if result.elapsed > 0 else 0.0
+    return (
+        f"downloaded {format_size(result.size)} to {result.path} in {result.elapsed:.2f} s "
+        f"({format_size(int(rate))}/s), attempts={result.attempts} resumes={result.resumes} "
+        f"sha256={result.sha256 or '-'}"
+    )
+
+
+def upload_line(remote: str, size: int, elapsed: float, sha256: str) -> str:
+    """The final line of an upload: size, elapsed, rate and the local file's sha256."""
+    rate = size / elapsed if elapsed > 0 else 0.0
+    return (
+        f"uploaded {format_size(size)} to {remote} in {elapsed:.2f} s "
+        f"({format_size(int(rate))}/s), resumes=0 (uploads restart whole) sha256={sha256}"
+    )
+
+
+@click.group()
+def files() -> None:
+    """Download and upload files on one sandbox's data plane."""
+
+
+@files.command("download")
+@click.argument("remote")
+@click.argument("dest", type=click.Path(dir_okay=True, path_type=Path))
+@_sandbox_options
+@click.option("--no-checksum", is_flag=True, help="Skip the SHA-256 (a little faster).")
+@click.pass_obj
+def files_download(
+    settings: Settings,
+    remote: str,
+    dest: Path,
+    sandbox_key: str,
+    domain: str,
+    token: str,
+    data_plane_scheme: str,
+    no_checksum: bool,
+) -> None:
+    """Download REMOTE (an absolute path in the sandbox) to DEST, resuming after failures.
+
+    DEST may be a directory: the file keeps its remote base name. Nothing is left behind if
+    the transfer fails or is interrupted.
+    """
+    if dest.is_dir():
+        dest = dest / (remote.rstrip("/").rsplit("/", 1)[-1] or "download")
+    console = Console(stderr=True)
+
+    async def work() -> sandboxkit.DownloadResult:
+        client, sandbox = _open_sandbox(settings, sandbox_key, domain, token, data_plane_scheme)
+        async with client:
+            with transfer_progress(console) as progress:
+                bar = TransferBar(progress, f"download {remote}")
+                result = await sandbox.files.download(
+                    remote, dest, progress=bar, checksum=not no_checksum
+                )
+                bar.finish(result.size)
+            return result
+
+    click.echo(download_line(settings.run(work)))
+
+
+@files.command("upload")
+@click.argument("source", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("remote")
+@_sandbox_options
+@click.pass_obj
+def files_upload(
+    settings: Settings,
+    source: Path,
+    remote: str,
+    sandbox_key: str,
+    domain: str,
+    token: str,
+    data_plane_scheme: str,
+) -> None:
+    """Upload the local file SOURCE to REMOTE (an absolute path; its directory must exist)."""
+    console = Console(stderr=True)
+    size = os.path.getsize(source)
+
+    async def work() -> tuple[float, str]:
+        client, sandbox = _open_sandbox(settings, sandbox_key, domain, token, data_plane_scheme)
+        async with client:
+            started = time.monotonic()
+            with transfer_progress(console) as progress:
+                bar = TransferBar(progress, f"upload {source.name}")
+                await sandbox.files.upload(remote, source, progress=bar)
+                bar.finish(size)
+            elapsed = time.monotonic() - started
+        return elapsed, await anyio.to_thread.run_sync(sha256_of, source)
+
+    elapsed, digest = settings.run(work)
+    click.echo(upload_line(remote, size, elapsed, digest))

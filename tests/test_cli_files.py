@@ -1,0 +1,235 @@
+"""The CLI's data-plane, emulator and demo commands, end to end against real servers."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from sandboxkit.cli import cli
+from sandboxkit.cli._progress import TransferBar
+from sandboxkit.emulator import Fault
+from tests.test_cli import EmulatorThread, assert_one_line_error, invoke
+
+MiB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def emu() -> Iterator[EmulatorThread]:
+    with EmulatorThread() as running:
+        yield running
+
+
+def write_pattern(path: Path, size: int) -> str:
+    """Write `size` bytes a MiB at a time and return their sha256."""
+    digest = hashlib.sha256()
+    block = bytes(range(256)) * (MiB // 256)
+    with path.open("wb") as sink:
+        for start in range(0, size, MiB):
+            piece = block[: min(MiB, size - start)]
+            digest.update(piece)
+            sink.write(piece)
+    return digest.hexdigest()
+
+
+def test_upload_then_download_round_trip(emu: EmulatorThread, tmp_path: Path) -> None:
+    """Upload and download print a final line with size, resumes and a matching sha256."""
+    env = emu.sandbox_env()
+    source = tmp_path / "in.bin"
+    digest = write_pattern(source, 3 * MiB + 5)
+    up = invoke(emu, "files", "upload", str(source), "/home/user/in.bin", env=env)
+    assert up.exit_code == 0, up.output
+    assert f"sha256={digest}" in up.stdout and "uploaded 3.0 MiB" in up.stdout
+    emu.emu.faults.script("files.download", Fault.cut(after_bytes=MiB))
+    down = invoke(emu, "files", "download", "/home/user/in.bin", str(tmp_path), env=env)
+    assert down.exit_code == 0, down.output
+    line = down.stdout.strip()
+    assert f"sha256={digest}" in line and "attempts=2 resumes=1" in line
+    assert (tmp_path / "in.bin").read_bytes() == source.read_bytes()
+    assert "download /home/user/in.bin" in down.stderr  # the bar's label
+
+
+@pytest.mark.parametrize("command", ["download", "upload"])
+def test_relative_remote_path_sends_nothing(
+    emu: EmulatorThread, tmp_path: Path, command: str
+) -> None:
+    """A relative remote path exits 2 with one ValidationError line and no request."""
+    env = emu.sandbox_env()
+    local = tmp_path / "local.bin"
+    local.write_bytes(b"x")
+    args = ["home/user/x", str(local)] if command == "download" else [str(local), "home/user/x"]
+    before = len(emu.emu.journal)
+    result = invoke(emu, "files", command, *args, env=env)
+    assert_one_line_error(result, 2, "ValidationError", "must be absolute")
+    assert len(emu.emu.journal) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["local.bin"]
+
+
+def test_sandbox_options_are_required(emu: EmulatorThread, tmp_path: Path) -> None:
+    """Without --sandbox-key (or its env var) the usage error is one line, exit 2."""
+    result = invoke(emu, "files", "download", "/home/user/x", str(tmp_path))
+    assert_one_line_error(result, 2, "--sandbox-key")
+
+
+def test_missing_remote_file_is_a_not_found_line(emu: EmulatorThread, tmp_path: Path) -> None:
+    """A 404 from the data plane is one NotFoundError line; no partial file is left."""
+    result = invoke(
+        emu, "files", "download", "/home/user/none.bin", str(tmp_path), env=emu.sandbox_env()
+    )
+    assert_one_line_error(result, 1, "NotFoundError", "status=404")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_download_256_mib_progress_advances_to_the_total(
+    emu: EmulatorThread, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bar's callback sees byte counts that only grow and end at the 256 MiB total."""
+    env = emu.sandbox_env()
+    size = 256 * MiB
+    remote_file = emu.emu.sandbox_root(env["SANDBOXKIT_SANDBOX_KEY"]) / "home/user/big.bin"
+    digest = write_pattern(remote_file, size)
+    seen: list[tuple[int, int | None]] = []
+    original = TransferBar.__call__
+
+    def recording(self: TransferBar, done: int, total: int | None) -> None:
+        seen.append((done, total))
+        original(self, done, total)
+
+    monkeypatch.setattr(TransferBar, "__call__", recording)
+    dest = tmp_path / "big.bin"
+    try:
+        result = invoke(emu, "files", "download", "/home/user/big.bin", str(dest), env=env)
+        assert result.exit_code == 0, result.output
+        assert f"downloaded 256.0 MiB to {dest}" in result.stdout
+        assert f"sha256={digest}" in result.stdout
+        assert len(seen) >= 16, "the bar should move many times, not jump once"
+        done = [d for d, _ in seen]
+        assert done == sorted(done) and done[0] < size
+        assert seen[-1] == (size, size)
+        assert {t for _, t in seen} == {size}
+    finally:
+        remote_file.unlink()
+        dest.unlink(missing_ok=True)
+
+
+def _cli_process(*args: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "sandboxkit.cli", *args],
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _wait_for(condition: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize(
+    ("signum", "code", "line"),
+    [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")],
+)
+def test_signal_during_download_exits_cleanly_and_leaves_nothing(
+    emu: EmulatorThread, tmp_path: Path, signum: signal.Signals, code: int, line: str
+) -> None:
+    """Ctrl-C (130) or SIGTERM (143) mid-download: one line, no temporary file beside DEST."""
+    env = {**emu.env(), **emu.sandbox_env()}
+    remote = emu.emu.sandbox_root(env["SANDBOXKIT_SANDBOX_KEY"]) / "home/user/slow.bin"
+    write_pattern(remote, 4 * MiB)
+    # The first answer is cut after 1 MiB (now on disk in the temporary file); the resume
+    # then hangs, and the signal arrives while it waits.
+    emu.emu.faults.script("files.download", Fault.cut(after_bytes=MiB), Fault.delay(30))
+    before = len(emu.emu.journal_for("files.download"))
+    process = _cli_process("files", "download", "/home/user/slow.bin", str(tmp_path), env=env)
+    try:
+        _wait_for(lambda: len(emu.emu.journal_for("files.download")) >= before + 2, "a resume")
+        assert [p.suffix for p in tmp_path.iterdir()] == [".part"]  # partly written
+        process.send_signal(signum)
+        _, stderr = process.communicate(timeout=20)
+    finally:
+        process.kill()
+        process.wait()
+        emu.emu.faults.clear()
+    assert process.returncode == code, stderr
+    assert stderr.strip().splitlines() == [line]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_emulator_command_serves_until_ctrl_c() -> None:
+    """`sandboxkit emulator` prints its address, answers requests, and stops on Ctrl-C."""
+    process = _cli_process("emulator", env={})
+    try:
+        assert process.stdout is not None
+        lines: list[str] = []
+        while not any(line.startswith("  export SANDBOXKIT_DATA_PLANE_SCHEME") for line in lines):
+            line = process.stdout.readline()
+            assert line, "the emulator exited early"
+            lines.append(line)
+        exports = [line.split()[1:] for line in lines if line.strip().startswith("export")]
+        env = dict(item.split("=", 1) for item in exports[0])
+        result = CliRunner().invoke(
+            cli, ["builds", "list", "tpl-nothing"], env=env
+        )  # a real answer from the served emulator: 404
+        assert_one_line_error(result, 1, "NotFoundError", "status=404")
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=20)
+    finally:
+        process.kill()
+        process.wait()
+    assert process.returncode == 0, stderr
+    assert "emulator stopped" in stderr and "Traceback" not in stderr
+
+
+def test_emulator_bad_port_is_one_line() -> None:
+    """An out-of-range --port is a one-line usage error, exit 2."""
+    result = CliRunner().invoke(cli, ["emulator", "--port", "70000"])
+    assert_one_line_error(result, 2, "--port")
+
+
+def test_demo_runs_end_to_end(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`sandboxkit demo` exits 0, shows each step's evidence, and cleans its temp files."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    started = time.monotonic()
+    result = CliRunner().invoke(cli, ["demo"], env={"COLUMNS": "200"})
+    elapsed = time.monotonic() - started
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    for fragment in (
+        "Step 1. Start the emulator",
+        "replayed=False",
+        "replayed=True",
+        "same template and build ids: yes",
+        "page 3: 2 of total 8",
+        "finished: ready",
+        "Split flow",
+        "status=waiting",
+        "attempts=5 resumes=2",
+        "faults injected (emu.faults.injected): 429x2, 502x2, cutx2",
+        "sha256 matches: yes",
+        "ValidationError",
+        "none sent",
+        "demo finished",
+    ):
+        assert fragment in out, fragment
+    assert elapsed < 30
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_demo_bad_size_is_one_line() -> None:
+    """An invalid --size-mib is a one-line usage error, exit 2."""
+    result = CliRunner().invoke(cli, ["demo", "--size-mib", "0"])
+    assert_one_line_error(result, 2, "--size-mib")
