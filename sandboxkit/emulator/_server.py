@@ -16,7 +16,6 @@ from typing import Any, Self
 from aiohttp import web
 
 from ..client import Client  # the emulator sits above the client (DESIGN section 3)
-
 from ._console import add_v2_routes
 from ._core import CORE, ROUTES, Core, RouteTable, new_api_key
 from ._dataplane import add_data_routes
