@@ -149,14 +149,15 @@ class Calls:
                     raise
                 spent += cost
                 retries += 1
+                request_id = getattr(error, "request_id", None)
                 logger.warning(
-                    "retrying %s after %s (attempt %d of %d) in %.2fs request_id=%s",
+                    "retrying %s after %s (attempt %d of %d) in %.2fs%s",
                     operation,
                     _describe(error),
                     retries,
                     policy.max_attempts,
                     delay,
-                    getattr(error, "request_id", None),
+                    f" request_id={request_id}" if request_id else "",  # the data plane has none
                 )
                 await self.sleep(delay)
             else:
