@@ -54,6 +54,7 @@ __all__ = [
     "parse_content_range",
     "segment",
     "unwrap_v2",
+    "v1_request",
     "v1_template_path",
     "vpc_path",
 ]
@@ -181,6 +182,29 @@ class ApiRequest:
     json: Any = None
     headers: Mapping[str, str] = attrs.field(factory=dict)
     authenticated: bool = True
+
+
+def v1_request(
+    method: Method,
+    path: str,
+    *,
+    operation: str,
+    json: Any = None,
+    params: Sequence[tuple[str, str]] = (),
+    authenticated: bool = True,
+) -> ApiRequest:
+    """A v1 request. GET and DELETE may be retried; a v1 POST never is (DESIGN section 5):
+    a resend could mint a second key, container or shell."""
+    return ApiRequest(
+        method,
+        path,
+        operation=operation,
+        surface="v1",
+        idempotent=method in ("GET", "DELETE"),
+        params=params,
+        json=json,
+        authenticated=authenticated,
+    )
 
 
 def decode_json(body: bytes) -> Any:

@@ -78,12 +78,10 @@ class V1:
             provider=check.check_text("provider", provider),
             code=check.check_text("code", code),
         )
-        request = proto.ApiRequest(
+        request = proto.v1_request(
             "POST",
             proto.V1_OAUTH_TOKEN_PATH,
             operation="v1.oauth.exchange",
-            surface="v1",
-            idempotent=False,
             json=unstructure(body),
             authenticated=False,
         )
@@ -121,12 +119,10 @@ class V1:
             scope=check.check_scope(scope),
             expires_at=check.check_expires_at(expires_at, self._wall_clock()),
         )
-        request = proto.ApiRequest(
+        request = proto.v1_request(
             "POST",
             proto.api_keys_path(check.check_uuid("org_id", org_id)),
             operation="v1.api_keys.create",
-            surface="v1",
-            idempotent=False,
             json=unstructure(body),
         )
         reply = await self._calls.send(request, timeout=timeout)
@@ -149,12 +145,10 @@ class V1:
             APIError: group `organization` with code 2 (does not exist) or 1201 (database
                 error on read), in the class of the answer's status.
         """
-        request = proto.ApiRequest(
+        request = proto.v1_request(
             "GET",
             proto.organization_path(check.check_uuid("org_id", org_id)),
             operation="v1.organizations.get",
-            surface="v1",
-            idempotent=True,
         )
         return await send_v1(self._calls, request, Organization, timeout=timeout, retry=retry)
 
@@ -182,12 +176,10 @@ class V1:
             (proto.IMAGE_NAME_FILTER, check.check_image_filter("name", name, MAX_IMAGE_NAME)),
             (proto.IMAGE_OS_SERIES_FILTER, check.check_image_filter("os_series", os_series)),
         )
-        request = proto.ApiRequest(
+        request = proto.v1_request(
             "GET",
             proto.V1_IMAGES_PATH,
             operation="v1.images.list",
-            surface="v1",
-            idempotent=True,
             params=[(key, value) for key, value in filters if value is not None],
         )
         return await send_v1(self._calls, request, tuple[Image, ...], timeout=timeout, retry=retry)
@@ -208,12 +200,10 @@ class V1:
             ValidationError: `template_id` is not a UUID, before any request.
             NotFoundError: no such Template.
         """
-        request = proto.ApiRequest(
+        request = proto.v1_request(
             "GET",
             proto.v1_template_path(check.check_uuid("template_id", template_id)),
             operation="v1.templates.get",
-            surface="v1",
-            idempotent=True,
         )
         return await send_v1(self._calls, request, V1Template, timeout=timeout, retry=retry)
 
@@ -232,12 +222,10 @@ class V1:
         Raises:
             ResponseDecodeError: the answer is not a list.
         """
-        request = proto.ApiRequest(
+        request = proto.v1_request(
             "GET",
             proto.V1_TEMPLATES_PATH,
             operation="v1.templates.list",
-            surface="v1",
-            idempotent=True,
         )
         reply = await self._calls.send(request, timeout=timeout, retry=retry)
         if not isinstance(reply.payload, list):

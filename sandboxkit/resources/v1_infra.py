@@ -147,12 +147,10 @@ class Containers:
             idc=check.check_text("idc", idc),
             envs=check.check_envs(entries),  # again: the SSH entry must not clash by name
         )
-        request = proto.ApiRequest(
+        request = proto.v1_request(
             "POST",
             proto.V1_CONTAINERS_PATH,
             operation="v1.containers.create",
-            surface="v1",
-            idempotent=False,
             json=unstructure(spec),
         )
         return await send_v1(self._calls, request, ContainersCreated, timeout=timeout)
@@ -170,12 +168,10 @@ class Containers:
             ValidationError: an empty or multi-line id.
             NotFoundError: no such container.
         """
-        request = proto.ApiRequest(
+        request = proto.v1_request(
             "GET",
             proto.container_path(check.check_path_id("container_id", container_id)),
             operation="v1.containers.get",
-            surface="v1",
-            idempotent=True,
         )
         return await send_v1(self._calls, request, Container, timeout=timeout, retry=retry)
 
@@ -192,12 +188,10 @@ class Containers:
             ValidationError: an empty or multi-line id.
             NotFoundError: no such container.
         """
-        request = proto.ApiRequest(
+        request = proto.v1_request(
             "DELETE",
             proto.container_path(check.check_path_id("container_id", container_id)),
             operation="v1.containers.delete",
-            surface="v1",
-            idempotent=True,
         )
         return await send_v1(self._calls, request, ActionResult, timeout=timeout, retry=retry)
 
@@ -208,12 +202,10 @@ class Containers:
             ValidationError: an empty or multi-line id.
             NotFoundError: no such container.
         """
-        request = proto.ApiRequest(
+        request = proto.v1_request(
             "POST",
             proto.container_shell_path(check.check_path_id("container_id", container_id)),
             operation="v1.containers.shell",
-            surface="v1",
-            idempotent=False,
         )
         return await send_v1(self._calls, request, ShellResult, timeout=timeout)
 
@@ -238,12 +230,10 @@ class ElasticIps:
             NotFoundError: no such elastic IP or instance.
         """
         body = ElasticIpAssociation(instance_id=check.check_uuid("instance_id", instance_id))
-        request = proto.ApiRequest(
+        request = proto.v1_request(
             "POST",
             proto.elastic_ip_associate_path(check.check_path_id("elastic_ip_id", elastic_ip_id)),
             operation="v1.elastic_ips.associate",
-            surface="v1",
-            idempotent=False,
             json=unstructure(body),
         )
         return await send_v1(self._calls, request, ActionResult, timeout=timeout)
@@ -261,12 +251,10 @@ class ElasticIps:
             ValidationError: an empty or multi-line id.
             NotFoundError: no such elastic IP.
         """
-        request = proto.ApiRequest(
+        request = proto.v1_request(
             "DELETE",
             proto.elastic_ip_path(check.check_path_id("elastic_ip_id", elastic_ip_id)),
             operation="v1.elastic_ips.release",
-            surface="v1",
-            idempotent=True,
         )
         return await send_v1(self._calls, request, ActionResult, timeout=timeout, retry=retry)
 
@@ -290,11 +278,9 @@ class Vpcs:
             ValidationError: an empty or multi-line id.
             NotFoundError: no such VPC.
         """
-        request = proto.ApiRequest(
+        request = proto.v1_request(
             "DELETE",
             proto.vpc_path(check.check_path_id("vpc_id", vpc_id)),
             operation="v1.vpcs.release",
-            surface="v1",
-            idempotent=True,
         )
         return await send_v1(self._calls, request, ActionResult, timeout=timeout, retry=retry)
