@@ -21,7 +21,10 @@ __all__ = ["converter", "make_converter", "strict_converter", "structure", "unst
 T = TypeVar("T")
 
 # v1 speaks camelCase (and a few PascalCase) names; DESIGN section 8 lists the mapping.
+# Order matters: a model's hooks are generated with its fields' hooks as registered at that
+# moment, so a nested model (PartitionEntry inside Image) must come before its container.
 _V1_RENAMES: Mapping[type[Any], Mapping[str, str]] = {
+    models.PartitionEntry: {"file_system": "fileSystem", "mount_point": "mountPoint"},
     models.Image: {
         "supported_products": "supportedProducts",
         "boot_mode": "BootMode",
@@ -33,7 +36,6 @@ _V1_RENAMES: Mapping[type[Any], Mapping[str, str]] = {
         "org_id": "orgId",
         "created_at": "createdAt",
     },
-    models.PartitionEntry: {"file_system": "fileSystem", "mount_point": "mountPoint"},
     models.V1Template: {"org_id": "orgId"},
     models.OAuthToken: {"access_token": "accessToken"},
     models.ShellResult: {"url_path": "urlPath"},

@@ -208,8 +208,11 @@ def v1_request(
 
 
 def decode_json(body: bytes) -> Any:
-    """Parse a JSON body; raises ValueError when it is not JSON."""
-    return json.loads(body)
+    """Parse a JSON body; raises ValueError when it is not JSON (or nests past the parser)."""
+    try:
+        return json.loads(body)
+    except RecursionError:
+        raise ValueError("the JSON nests deeper than the parser can follow") from None
 
 
 def unwrap_v2(payload: Any) -> Any:

@@ -20,7 +20,14 @@ import anyio
 import attrs
 
 from ._config import Limits, Timeout
-from ._protocol import ACCESS_TOKEN, AUTHORIZATION, RETRY_AFTER, ApiRequest, decode_error
+from ._protocol import (
+    ACCESS_TOKEN,
+    AUTHORIZATION,
+    REQUEST_ID,
+    RETRY_AFTER,
+    ApiRequest,
+    decode_error,
+)
 from ._retry import ConcurrencyWindow, parse_retry_after
 from ._version import __version__
 from .errors import (
@@ -28,11 +35,13 @@ from .errors import (
     APIError,
     APITimeoutError,
     ClientStateError,
+    ResponseDecodeError,
     Surface,
     TransportError,
 )
 
 __all__ = [
+    "CONTROL_BODY_LIMIT",
     "BufferedResponse",
     "HostPool",
     "HostPools",
@@ -43,6 +52,9 @@ __all__ = [
 
 USER_AGENT = f"sandboxkit/{__version__} aiohttp/{aiohttp.__version__}"
 SSLOption = ssl_module.SSLContext | bool
+# A control-plane answer is JSON of a few KiB; past this size it is not one the interface
+# shows, and reading on would let a broken or hostile server fill memory (or never stop).
+CONTROL_BODY_LIMIT = 32 << 20
 
 
 @contextlib.contextmanager
@@ -99,6 +111,21 @@ def error_from(status: int, headers: Mapping[str, str], body: bytes, surface: Su
     return decode_error(status, body, headers, surface, retry_after=retry_after)
 
 
+async def _read_capped(content: aiohttp.StreamReader, limit: int) -> tuple[bytes, bool]:
+    """The body up to `limit` bytes, and whether that was all of it.
+
+    `StreamReader.read(n)` returns what the connection has delivered so far, not `n` bytes:
+    loop until the body ends (a cut raises) or passes the limit.
+    """
+    data = bytearray()
+    while len(data) <= limit:
+        piece = await content.read(limit + 1 - len(data))
+        if not piece:
+            return bytes(data), True
+        data += piece
+    return bytes(data[:limit]), False
+
+
 class StreamingResponse:
     """An answer whose body is read incrementally; errors stay sandboxkit's."""
 
@@ -114,15 +141,31 @@ class StreamingResponse:
         return self._response.content_length
 
     async def iter_chunks(self, size: int) -> AsyncIterator[bytes]:
-        """Yield the body in chunks of at most `size` bytes."""
+        """Yield the body in chunks of at most `size` bytes.
+
+        Pieces go on as the connection delivered them (up to 256 KiB each); only a larger
+        one is cut. Joining them into `size`-byte chunks (`iter_chunked`) copies every
+        byte once more into a freshly allocated buffer: on a 1 GiB download that was a
+        third more system time and ~50,000 minor page faults (benchmarks/run.py).
+        """
+        content = self._response.content
         with map_errors(self._operation):
-            async for chunk in self._response.content.iter_chunked(size):
-                yield chunk
+            while True:
+                piece, end_of_http_chunk = await content.readchunk()
+                if not piece:
+                    if end_of_http_chunk:
+                        continue  # a chunked-encoding boundary, not the end of the body
+                    return
+                if len(piece) <= size:
+                    yield piece
+                else:
+                    for start in range(0, len(piece), size):
+                        yield piece[start : start + size]
 
     async def read(self, limit: int = 1 << 20) -> bytes:
         """Read the whole (small) body; an error body is capped so a huge one cannot hurt."""
         with map_errors(self._operation):
-            data = await self._response.content.read(limit)
+            data, _ = await _read_capped(self._response.content, limit)
         return data
 
 
@@ -167,7 +210,7 @@ def multipart_file(filename: str, chunks: AsyncIterable[bytes], size: int | None
 class HostPool:
     """One sandbox host's session, its AIMD concurrency window, and how busy it is."""
 
-    key: tuple[str, str]
+    key: tuple[str, str] = attrs.field(repr=False)  # (origin, token): no token in a repr
     session: aiohttp.ClientSession
     window: ConcurrencyWindow
     limiter: anyio.CapacityLimiter
@@ -205,6 +248,7 @@ class HostPools:
         self._clock = clock
         self._pools: OrderedDict[tuple[str, str], HostPool] = OrderedDict()
         self._released = asyncio.Condition()
+        self._next_sweep = float("-inf")
         self._waiting = 0
 
     def __len__(self) -> int:
@@ -236,7 +280,7 @@ class HostPools:
     async def _checkout(self, origin: str, token: str) -> HostPool:
         key = (origin, token)
         while True:
-            await self.close_idle()
+            await self._sweep()
             pool = self._pools.get(key)
             if pool is not None and not pool.closing:
                 self._pools.move_to_end(key)
@@ -294,6 +338,15 @@ class HostPools:
                 return pool
         return None
 
+    async def _sweep(self) -> None:
+        # Scanning every pool on every checkout made each request O(hosts): a third of the
+        # client CPU with 1,000 hosts (benchmarks/run.py --case hosts). Idle pools need
+        # closing only to within a tenth of host_idle_seconds (at most a second) late.
+        now = self._clock()
+        if now >= self._next_sweep:
+            self._next_sweep = now + min(1.0, self._limits.host_idle_seconds / 10)
+            await self.close_idle()
+
     async def close_idle(self) -> int:
         """Close pools unused for `host_idle_seconds`; returns how many were closed."""
         cutoff = self._clock() - self._limits.host_idle_seconds
@@ -350,6 +403,8 @@ class Transport:
         self._control: aiohttp.ClientSession | None = None
         self._closed = False
         self.hosts = HostPools(limits, self._make_host_session, clock)
+        # Answers whose body is being read; `aclose()` ends them first (see there).
+        self._reading: set[aiohttp.ClientResponse] = set()
 
     @property
     def closed(self) -> bool:
@@ -417,7 +472,20 @@ class Transport:
                 timeout=_client_timeout(timeout),
                 allow_redirects=False,
             ) as response:
-                body = await response.read()
+                self._refuse_if_closed(response)
+                self._reading.add(response)
+                try:
+                    body, whole = await _read_capped(response.content, CONTROL_BODY_LIMIT)
+                finally:
+                    self._reading.discard(response)
+                if not whole and 200 <= response.status < 300:
+                    raise ResponseDecodeError(
+                        f"{request.operation}: the {response.status} answer is larger than "
+                        f"{CONTROL_BODY_LIMIT} bytes",
+                        status=response.status,
+                        request_id=response.headers.get(REQUEST_ID),
+                    )
+                # An error body past the limit is cut: its status still gives its class.
                 return BufferedResponse(response.status, response.headers, body)
 
     @contextlib.asynccontextmanager
@@ -449,9 +517,12 @@ class Transport:
                 timeout=_client_timeout(timeout),
                 allow_redirects=False,
             )
+        self._refuse_if_closed(response)
+        self._reading.add(response)
         try:
             yield StreamingResponse(response, operation)
         finally:
+            self._reading.discard(response)
             # An unread body means the connection cannot be reused: drop it at once rather
             # than leave it half-read (cancellation included).
             if response.content.at_eof():
@@ -459,11 +530,22 @@ class Transport:
             else:
                 response.close()
 
+    def _refuse_if_closed(self, response: aiohttp.ClientResponse) -> None:
+        # `aclose()` ran while this answer's head arrived: its body can never be read.
+        if self._closed:
+            response.close()
+            raise ClientStateError("this sandboxkit.Client was closed during the request")
+
     async def aclose(self) -> None:
         """Close every session; the transport is unusable afterwards."""
         if self._closed:
             return
         self._closed = True
+        # Closing a session detaches each connection from the body being read on it, so a
+        # read waiting for more bytes would wait forever: end those bodies first (their
+        # readers then raise, and the retry loop finds the client closed).
+        for response in list(self._reading):
+            response.close()
         await self.hosts.aclose()
         if self._control is not None:
             await self._control.close()

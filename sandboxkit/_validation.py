@@ -153,13 +153,15 @@ def check_log_level(level: Any) -> str | None:
 
 
 def check_remote_path(path: Any) -> str:
-    """Non-empty, absolute, no `.` or `..` segments, no NUL (DESIGN section 6)."""
+    """Non-empty, absolute, no `.` or `..` segments, no NUL, valid Unicode (DESIGN 6)."""
     if not isinstance(path, str) or not path:
         raise _fail("remote path", "must be a non-empty string", path)
     if not path.startswith("/"):
         raise _fail("remote path", "must be absolute (start with '/')", path)
     if "\x00" in path:
         raise _fail("remote path", "must not contain NUL", path)
+    if not _utf8(path):
+        raise _fail("remote path", "must be valid Unicode (no lone surrogates)", path)
     if any(part in (".", "..") for part in path.split("/")):
         raise _fail("remote path", "must not contain '.' or '..' segments", path)
     return path
@@ -227,20 +229,36 @@ def check_v1_template_name(name: Any) -> str:
     return name
 
 
+def _utf8(value: str) -> bool:
+    # A lone surrogate has no UTF-8 form: no URL or header can carry it as given.
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _single_line(value: str) -> bool:
     return not any(ch in value for ch in "\r\n\x00")
 
 
-def check_text(argument: str, value: Any) -> str:
-    """A non-empty single-line string (a field the interface types only as `string`)."""
+def check_text(argument: str, value: Any, *, secret: bool = False) -> str:
+    """A non-empty single-line string (a field the interface types only as `string`).
+
+    A `secret` value (a one-time code, say) is never echoed in the error.
+    """
     if not isinstance(value, str) or not value or not _single_line(value):
+        if secret:
+            raise ValidationError(f"{argument}: must be a non-empty single-line string")
         raise _fail(argument, "must be a non-empty single-line string", value)
     return value
 
 
 def check_path_id(argument: str, value: Any) -> str:
     """An id that goes into a path: non-empty, single-line; `segment()` quotes the rest."""
-    return check_text(argument, value)
+    if not _utf8(check_text(argument, value)):
+        raise _fail(argument, "must be valid Unicode (no lone surrogates)", value)
+    return str(value)
 
 
 def check_count(count: Any) -> int:

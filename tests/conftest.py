@@ -15,6 +15,12 @@ import sandboxkit
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--soak", action="store_true", help="run the 5-minute soak (a 20 s one always runs)"
+    )
+
+
 @attrs.frozen
 class Seen:
     """One request the test server received."""

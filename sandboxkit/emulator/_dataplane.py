@@ -77,9 +77,11 @@ def content_disposition(name: str) -> str:
     """``attachment; filename=<basename>``, quoted (and RFC 5987 encoded) only when needed."""
     if _TOKEN.match(name):
         return f"attachment; filename={name}"
-    fallback = name.encode("ascii", "replace").decode().replace("\\", "\\\\").replace('"', '\\"')
+    # Printable ASCII only: a header may not carry control characters (aiohttp refuses them).
+    printable = "".join(c if " " <= c < "\x7f" else "?" for c in name)
+    fallback = printable.replace("\\", "\\\\").replace('"', '\\"')
     value = f'attachment; filename="{fallback}"'
-    if not name.isascii():
+    if printable != name:
         value += "; filename*=UTF-8''" + urllib.parse.quote(name, safe="")
     return value
 

@@ -76,7 +76,7 @@ class V1:
         """
         body = OAuthCodeExchange(
             provider=check.check_text("provider", provider),
-            code=check.check_text("code", code),
+            code=check.check_text("code", code, secret=True),
         )
         request = proto.v1_request(
             "POST",
