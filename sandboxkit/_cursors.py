@@ -25,6 +25,7 @@ class BuildCursor:
     page: int = 1
     done: bool = False
     seen: set[str] = attrs.field(factory=set)
+    stale_pages: int = 0
 
     def params(self) -> list[tuple[str, str]]:
         """Query for the next page."""
@@ -34,6 +35,13 @@ class BuildCursor:
         """Digest one page; returns the Builds not yielded before (new builds shift pages)."""
         fresh = tuple(b for b in page.items if b.id not in self.seen)
         self.seen.update(b.id for b in fresh)
+        # New builds shift items onto later pages, so one repeated page is normal; page
+        # after page of nothing new is a server that would keep us asking up to its `total`.
+        self.stale_pages = 0 if fresh or not page.items else self.stale_pages + 1
+        if self.stale_pages >= MAX_EMPTY_PAGES:
+            raise PaginationError(
+                f"{MAX_EMPTY_PAGES} build pages in a row held only builds already listed"
+            )
         size = page.page_size if page.page_size > 0 else self.page_size
         if not page.items or self.page * size >= page.total:
             self.done = True
@@ -86,6 +94,12 @@ class LogCursor:
                     "claim has_more"
                 )
             return entries, False
-        self.empty_pages = 0
+        # DESIGN section 9: a few empty pages that still claim more is a loop, even when
+        # the offset creeps forward; a follower polls instead.
+        self.empty_pages = 0 if entries else self.empty_pages + 1
         self.offset = page.next_offset
+        if self.empty_pages >= MAX_EMPTY_PAGES and not self.following:
+            raise PaginationError(
+                f"{MAX_EMPTY_PAGES} empty log pages in a row still claim has_more"
+            )
         return entries, True

@@ -16,7 +16,13 @@ from datetime import UTC, datetime
 import attrs
 
 from ._protocol import RETRYABLE_STATUSES
-from .errors import APIConnectionError, APIError, APITimeoutError, SandboxKitError
+from .errors import (
+    APIConnectionError,
+    APIError,
+    APITimeoutError,
+    CertificateVerificationError,
+    SandboxKitError,
+)
 
 __all__ = [
     "ConcurrencyWindow",
@@ -72,6 +78,8 @@ def is_retryable(error: SandboxKitError, policy: RetryPolicy) -> bool:
         if error.status in RETRYABLE_STATUSES:
             return True
         return policy.retry_server_errors and error.status == 500
+    if isinstance(error, CertificateVerificationError):
+        return False  # an untrusted certificate stays untrusted
     return isinstance(error, APIConnectionError | APITimeoutError)
 
 

@@ -34,6 +34,7 @@ from .errors import (
     APIConnectionError,
     APIError,
     APITimeoutError,
+    CertificateVerificationError,
     ClientStateError,
     ResponseDecodeError,
     Surface,
@@ -67,7 +68,7 @@ def map_errors(operation: str) -> Iterator[None]:
     except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
         raise APITimeoutError(f"{operation}: timed out", operation=operation) from exc
     except aiohttp.ClientConnectorCertificateError as exc:
-        raise APIConnectionError(
+        raise CertificateVerificationError(
             f"{operation}: TLS certificate verification failed for {exc.host}: pass ssl= a "
             "context that trusts the server's CA",
             operation=operation,

@@ -35,6 +35,7 @@ __all__ = [
     "check_ssh_public_key",
     "check_template_name",
     "check_text",
+    "check_username",
     "check_uuid",
     "check_v1_template_name",
 ]
@@ -165,6 +166,17 @@ def check_remote_path(path: Any) -> str:
     if any(part in (".", "..") for part in path.split("/")):
         raise _fail("remote path", "must not contain '.' or '..' segments", path)
     return path
+
+
+def check_username(username: Any) -> str | None:
+    """None, or a non-empty single-line string of valid Unicode, passed to the service."""
+    if username is None:
+        return None
+    if not isinstance(username, str) or not username or not _single_line(username):
+        raise _fail("username", "must be a non-empty single-line string without NUL", username)
+    if not _utf8(username):
+        raise _fail("username", "must be valid Unicode (no lone surrogates)", username)
+    return username
 
 
 def check_uuid(argument: str, value: Any) -> str:

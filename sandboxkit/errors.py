@@ -7,6 +7,7 @@ The tree::
     ├── ClientStateError (also RuntimeError)   closed client, wrong event loop
     ├── TransportError                          no usable HTTP answer
     │   ├── APIConnectionError                  connect failed, connection cut, bad framing
+    │   │   └── CertificateVerificationError    the server's certificate is not trusted
     │   ├── APITimeoutError                     connect/read timeout or the call's deadline
     │   └── RedirectNotFollowedError            (data plane) a 3xx: the token goes nowhere else
     ├── ResponseDecodeError                     a 2xx whose body is not what the interface shows
@@ -49,6 +50,7 @@ __all__ = [
     "BadGatewayError",
     "BadRequestError",
     "BuildFailedError",
+    "CertificateVerificationError",
     "ClientStateError",
     "ConflictError",
     "GatewayTimeoutError",
@@ -104,6 +106,10 @@ class TransportError(SandboxKitError):
 
 class APIConnectionError(TransportError):
     """The connection could not be made, or broke before the answer was complete."""
+
+
+class CertificateVerificationError(APIConnectionError):
+    """The server's TLS certificate is not trusted; retrying cannot help, so it never is."""
 
 
 class APITimeoutError(TransportError):

@@ -328,3 +328,30 @@ def test_secret_fields_stay_out_of_reprs() -> None:
 def test_parse_content_range(value: str, parsed: proto.ContentRange | None) -> None:
     """Content-Range parses strictly; malformed or inconsistent ones are None."""
     assert proto.parse_content_range(value) == parsed
+
+
+def test_build_cursor_refuses_endless_repeated_pages() -> None:
+    """Three pages in a row of builds already listed raise PaginationError."""
+    cursor = BuildCursor(page_size=1)
+    same = models.Page(items=(models.Build(id="b"),), total=10**9, page=1, page_size=1)
+    cursor.feed(same)
+    cursor.feed(same)
+    cursor.feed(same)
+    with pytest.raises(sandboxkit.PaginationError):
+        cursor.feed(same)
+
+
+def test_log_cursor_refuses_endless_empty_pages_even_when_advancing() -> None:
+    """Empty pages that claim more stop after a few, though next_offset creeps forward."""
+    cursor = LogCursor(offset=0, limit=10)
+    cursor.feed(models.LogPage((), 1, True))
+    cursor.feed(models.LogPage((), 2, True))
+    with pytest.raises(sandboxkit.PaginationError):
+        cursor.feed(models.LogPage((), 3, True))
+
+
+def test_untrusted_certificate_is_not_retryable() -> None:
+    """A certificate failure is a connection error that retrying cannot fix."""
+    error = sandboxkit.CertificateVerificationError("bad cert")
+    assert isinstance(error, APIConnectionError)
+    assert not is_retryable(error, RetryPolicy())

@@ -244,13 +244,22 @@ async def test_tls_is_verified_by_default(tls_emu: Emulator) -> None:
         resolver=tls_emu.resolver,
         retry=sandboxkit.RetryPolicy.no_delay(2),
     )
+    delays: list[float] = []
+
+    async def no_wait(delay: float) -> None:
+        delays.append(delay)
+
+    client._calls.sleep = no_wait
     async with client:
         with anyio.fail_after(LIMIT):
-            with pytest.raises(sandboxkit.APIConnectionError, match="certificate verification"):
+            with pytest.raises(
+                sandboxkit.CertificateVerificationError, match="certificate verification"
+            ):
                 await client.v1.get_organization(tls_emu.org_id)
             with pytest.raises(sandboxkit.APIConnectionError, match="certificate verification"):
                 await client.sandbox_from_response(body).files.read_bytes("/home/user/x")
     assert tls_emu.journal == []
+    assert delays == []  # an untrusted certificate is final: no retry was even planned
 
 
 async def test_tls_with_the_right_ca_succeeds(tls_emu: Emulator) -> None:

@@ -165,3 +165,10 @@ def test_client_rejects_bad_options(kwargs: dict[str, Any]) -> None:
     options = {"api_key": "k", "base_url": "http://127.0.0.1:1", **kwargs}
     with pytest.raises(sandboxkit.ValidationError):
         sandboxkit.Client(**options)
+
+
+@pytest.mark.parametrize("username", ["", "a\nb", "a\x00", "\udc80", 5])
+def test_username_rule(username: Any) -> None:
+    """A username is a non-empty single line of valid Unicode."""
+    with pytest.raises(sandboxkit.ValidationError):
+        check.check_username(username)

@@ -18,7 +18,6 @@ __all__ = [
     "DataPlane",
     "Progress",
     "check_chunk_size",
-    "check_username",
     "status_error",
 ]
 
@@ -28,15 +27,6 @@ Progress = Callable[[int, int | None], object]
 # Error bodies are `{message}`: a few KiB at most. Reading more would let a hostile or broken
 # server make us buffer a file's worth of bytes.
 ERROR_BODY_LIMIT = 64 * 1024
-
-
-def check_username(username: Any) -> str | None:
-    """None, or a non-empty single-line string passed through to the service."""
-    if username is None:
-        return None
-    if not isinstance(username, str) or not username or "\x00" in username:
-        raise ValidationError(f"username={username!r}: must be a non-empty string without NUL")
-    return username
 
 
 def check_chunk_size(chunk_size: Any) -> int:

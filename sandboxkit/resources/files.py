@@ -12,11 +12,12 @@ from typing import Any
 from .._calls import Calls
 from .._config import Timeout
 from .._retry import RetryPolicy
+from .._validation import check_username
 from ..errors import ValidationError
 from ..models import DownloadResult, FileEntry
 from . import _download, _upload
 from ._common import AsyncStream
-from ._plane import DataPlane, Progress, check_chunk_size, check_username
+from ._plane import DataPlane, Progress, check_chunk_size
 
 __all__ = ["Files"]
 
