@@ -1,0 +1,324 @@
+"""The servers the benchmarks talk to, each in its own process so client CPU is measurable.
+
+Two kinds, started by `ServerProcess` (parent side) as `python _server.py KIND CONFIG_JSON`:
+
+* ``minimal``: a small aiohttp.web server with the data-plane and control-plane routes, for
+  the cases where the emulator's own per-request cost would dominate what is measured.
+  ``GET /files`` answers with ``web.FileResponse`` (sendfile, Range support) or, for files
+  under 1 MiB, from memory; ``POST /files`` counts the body and drops it. Any host
+  ``{key}.sandbox.test:PORT`` is a sandbox whose token is `token_for(secret, key)`.
+  ``GET /api/v2/templates/{id}/builds`` serves pages the real emulator rendered (it runs in
+  the same process and fills a cache at start-up), so the bytes on the wire are the
+  emulator's while the serving cost is a dictionary lookup.
+* ``emulator``: the real `sandboxkit.emulator.Emulator`, used where its behaviour is the
+  point (the fault plan of case 5).
+
+Protocol: the child prints one JSON line when it is ready, then answers one JSON line per
+JSON command read from stdin (``{"cmd": ...}``); ``stop`` or the end of stdin ends it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import os
+import sys
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+MiB = 1 << 20
+SMALL_FILE_LIMIT = MiB
+PAGE_SIZE_LARGE = 100
+PAGE_SIZE_SMALL = 20
+DATA_PLANE_SUFFIX = "sandbox.test"
+
+
+def token_for(secret: str, key: str) -> str:
+    """The access token the minimal server accepts for sandbox `key`."""
+    return "sat-" + hmac.new(secret.encode(), key.encode(), hashlib.sha256).hexdigest()[:32]
+
+
+# --- parent side ----------------------------------------------------------------------------
+
+
+class ServerProcess:
+    """A server child process: start it, send it commands, stop it."""
+
+    def __init__(self, kind: str, config: dict[str, Any]) -> None:
+        self._argv = [sys.executable, "-u", str(Path(__file__)), kind, json.dumps(config)]
+        self._proc: asyncio.subprocess.Process | None = None
+        self.info: dict[str, Any] = {}
+
+    async def __aenter__(self) -> ServerProcess:
+        self._proc = await asyncio.create_subprocess_exec(
+            *self._argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            # A big first line (many sandboxes) must fit the reader's line limit.
+            limit=16 * MiB,
+        )
+        self.info = await self._read()
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        proc = self._proc
+        if proc is None:
+            return
+        self._proc = None
+        if proc.returncode is None and proc.stdin is not None:
+            proc.stdin.write(b'{"cmd": "stop"}\n')
+            proc.stdin.close()
+        try:
+            await asyncio.wait_for(proc.wait(), 20)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+
+    @property
+    def pid(self) -> int:
+        """The child's process id."""
+        assert self._proc is not None
+        return self._proc.pid
+
+    async def _read(self) -> dict[str, Any]:
+        assert self._proc is not None and self._proc.stdout is not None
+        line = await self._proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the {self._argv[3]} server exited before answering")
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    async def command(self, cmd: str, **args: Any) -> dict[str, Any]:
+        """Send one command and return the child's answer."""
+        assert self._proc is not None and self._proc.stdin is not None
+        self._proc.stdin.write(json.dumps({"cmd": cmd, **args}).encode() + b"\n")
+        await self._proc.stdin.drain()
+        return await self._read()
+
+
+# --- child side: the minimal server ---------------------------------------------------------
+
+
+def _sandbox_key(host: str) -> str | None:
+    name = host.rsplit(":", 1)[0].lower()
+    suffix = "." + DATA_PLANE_SUFFIX
+    return name[: -len(suffix)] if name.endswith(suffix) else None
+
+
+async def _minimal(config: dict[str, Any]) -> None:
+    from aiohttp import web
+
+    secret = os.urandom(16).hex()
+    root = Path(config["data_dir"])
+    small: dict[Path, bytes] = {}
+
+    def authorized(request: web.Request) -> bool:
+        key = _sandbox_key(request.headers.get("Host", ""))
+        token = request.headers.get("X-Access-Token", "")
+        return key is not None and hmac.compare_digest(token_for(secret, key), token)
+
+    def local(request: web.Request) -> Path | None:
+        remote = request.query.get("path", "")
+        parts = [p for p in remote.split("/") if p]
+        if not remote.startswith("/") or any(p in (".", "..") for p in parts):
+            return None
+        return root.joinpath(*parts)
+
+    async def download(request: web.Request) -> web.StreamResponse:
+        # stat() on the loop is fine here: it costs microseconds and every contender pays it.
+        if not authorized(request):
+            return web.json_response({"message": "missing or invalid access token"}, status=401)
+        path = local(request)
+        if path is None or not path.is_file():
+            return web.json_response({"message": "file not found"}, status=404)
+        if path.stat().st_size <= SMALL_FILE_LIMIT:
+            if path not in small:
+                small[path] = path.read_bytes()
+            return web.Response(
+                body=small[path],
+                content_type="application/octet-stream",
+                headers={"Accept-Ranges": "bytes"},
+            )
+        return web.FileResponse(path, headers={"Content-Type": "application/octet-stream"})
+
+    async def upload(request: web.Request) -> web.Response:
+        if not authorized(request):
+            return web.json_response({"message": "missing or invalid access token"}, status=401)
+        remote = request.query.get("path", "")
+        received = 0
+        while chunk := await request.content.readany():
+            received += len(chunk)
+        entry = {"path": remote, "name": remote.rsplit("/", 1)[-1], "type": "file"}
+        return web.json_response([entry], headers={"X-Bench-Received": str(received)})
+
+    pages: dict[tuple[str, str, str], tuple[bytes, str]] = {}
+    api_key = "sk-bench-" + secret[:16]
+
+    async def builds(request: web.Request) -> web.Response:
+        if request.headers.get("Authorization") != f"Bearer {api_key}":
+            return web.json_response({"code": "Auth.Unauthorized"}, status=401)
+        key = (
+            request.match_info["template_id"],
+            request.query.get("page", "1"),
+            request.query.get("page_size", "20"),
+        )
+        cached = pages.get(key)
+        if cached is None:
+            return web.json_response({"code": "Resource.NotFound"}, status=404)
+        body, request_id = cached
+        return web.Response(
+            body=body, content_type="application/json", headers={"X-Request-ID": request_id}
+        )
+
+    data_app = web.Application()
+    data_app.router.add_get("/files", download)
+    data_app.router.add_post("/files", upload)
+    console_app = web.Application()
+    console_app.router.add_get("/api/v2/templates/{template_id}/builds", builds)
+    runners = []
+    ports = []
+    for app in (console_app, data_app):
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0, backlog=4096)
+        await site.start()
+        runners.append(runner)
+        ports.append(int(runner.addresses[-1][1]))
+    try:
+        templates = await _render_pages(config, pages)
+        _announce(
+            {
+                "base_url": f"http://127.0.0.1:{ports[0]}",
+                "api_key": api_key,
+                "domain": f"{DATA_PLANE_SUFFIX}:{ports[1]}",
+                "secret": secret,
+                **templates,
+            }
+        )
+        await _command_loop(None)
+    finally:
+        for runner in runners:
+            await runner.cleanup()
+
+
+async def _render_pages(
+    config: dict[str, Any], pages: dict[tuple[str, str, str], tuple[bytes, str]]
+) -> dict[str, str]:
+    """Let the real emulator render every page the benchmark will ask for, and keep them."""
+    import aiohttp
+
+    import sandboxkit
+    from sandboxkit.emulator import Emulator
+
+    builds, small_builds = int(config.get("builds", 0)), int(config.get("small_builds", 0))
+    if not builds:
+        return {}
+    ids: dict[str, str] = {}
+    async with Emulator() as emu, emu.client() as client:
+        for name, count in (("template_id", builds), ("small_template_id", small_builds)):
+            created = await client.templates.create(
+                name=f"bench-{name.replace('_', '-')}",
+                resources=sandboxkit.CustomResources(
+                    cpu_count=2, memory_mb=2048, disk_size_mb=10240
+                ),
+                build={"source": {"image": "python:3.12-slim"}, "commands": ["pip install x"]},
+            )
+            emu.add_builds(created.id, count - 1)
+            ids[name] = created.id
+        headers = {"Authorization": f"Bearer {emu.api_key}"}
+        async with aiohttp.ClientSession(base_url=emu.base_url, headers=headers) as session:
+            last = -(-builds // PAGE_SIZE_LARGE)
+            wanted = [(ids["template_id"], p, PAGE_SIZE_LARGE) for p in range(1, last + 1)]
+            wanted.append((ids["small_template_id"], 1, PAGE_SIZE_SMALL))
+            for template_id, page, size in wanted:
+                async with session.get(
+                    f"/api/v2/templates/{template_id}/builds",
+                    params={"page": str(page), "page_size": str(size)},
+                ) as response:
+                    response.raise_for_status()
+                    pages[(template_id, str(page), str(size))] = (
+                        await response.read(),
+                        response.headers.get("X-Request-ID", ""),
+                    )
+    return ids
+
+
+# --- child side: the real emulator ----------------------------------------------------------
+
+
+async def _emulator(config: dict[str, Any]) -> None:
+    from sandboxkit.emulator import Emulator
+
+    file_size = int(config["file_size"])
+    async with Emulator() as emu:
+        sandboxes = [await emu.create_sandbox() for _ in range(int(config["sandboxes"]))]
+        files = []
+        for index in range(int(config["files"])):
+            content = os.urandom(file_size)
+            remote = f"/home/user/file-{index}.bin"
+            for body in sandboxes:
+                root = emu.sandbox_root(body["data"]["sandbox_key"])
+                (root / remote.lstrip("/")).write_bytes(content)
+            files.append({"path": remote, "sha256": hashlib.sha256(content).hexdigest()})
+        _announce(
+            {
+                "base_url": emu.base_url,
+                "api_key": emu.api_key,
+                "scheme": emu.data_plane_scheme,
+                "sandboxes": sandboxes,
+                "files": files,
+            }
+        )
+
+        def handle(command: dict[str, Any]) -> dict[str, Any]:
+            if command["cmd"] == "faults":
+                emu.faults.random(
+                    seed=int(command["seed"]), rates=command["rates"], routes=("files.download",)
+                )
+                return {"ok": True}
+            if command["cmd"] == "clear":
+                injected = dict(emu.faults.injected)
+                emu.faults.clear()
+                emu.journal.clear()  # it grows by one record per request
+                return {"injected": injected}
+            return {"error": f"unknown command {command['cmd']!r}"}
+
+        await _command_loop(handle)
+
+
+# --- child side: plumbing -------------------------------------------------------------------
+
+
+def _announce(message: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
+async def _command_loop(handle: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> None:
+    loop = asyncio.get_running_loop()
+    while True:
+        line = await loop.run_in_executor(None, sys.stdin.readline)
+        if not line:
+            return
+        command = json.loads(line)
+        if command.get("cmd") == "stop":
+            return
+        _announce(handle(command) if handle is not None else {"error": "no commands"})
+
+
+def main(argv: list[str]) -> int:
+    """Run the server of kind `argv[0]` with the JSON config `argv[1]`."""
+    kind, config = argv[0], json.loads(argv[1])
+    runners: dict[str, Callable[[dict[str, Any]], Coroutine[Any, Any, None]]] = {
+        "minimal": _minimal,
+        "emulator": _emulator,
+    }
+    asyncio.run(runners[kind](config))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,153 @@
+"""sandboxkit against raw aiohttp and httpx, on the same loopback server, in one run.
+
+Cases (issue 7), each against a server in a child process so that only the client's CPU
+and memory are counted:
+
+1. ``download``: a large file to disk, with and without SHA-256 (minimal server).
+2. ``upload``: a large multipart upload (minimal server).
+3. ``control``: listing builds page by page, and single-page list calls at concurrency 1
+   and 64 (minimal server replaying pages the emulator rendered).
+4. ``hosts``: many small downloads over many sandbox hosts at concurrency 256 (minimal
+   server, virtual hosts).
+5. ``faults``: downloads under 429s, 502s and cut connections (the real emulator).
+
+Contenders alternate within each round and every ratio is the median of per-round ratios.
+Benchmarks are not tests: nothing here asserts a timing; a target missed is reported.
+
+Usage::
+
+    python benchmarks/run.py                     # everything, 5 rounds, 1 GiB transfers
+    python benchmarks/run.py --quick             # small sizes, 1 round: proves the code runs
+    python benchmarks/run.py --case download --rounds 7 --size-mib 512
+    python benchmarks/run.py --json > figures.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# This directory holds the helper modules; running the file as a script puts it on the path.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _control
+import _faults
+import _hosts
+import _transfer
+from _measure import MiB, describe_machine
+from _report import CaseResult, print_case
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How big each case is; `--quick` shrinks all of them."""
+
+    transfer_mib: int
+    builds: int
+    list_calls: int
+    host_downloads: int
+    hosts: int
+    host_concurrency: int
+    fault_downloads: int
+    fault_file_kib: int
+
+
+FULL = Sizes(
+    transfer_mib=1024,
+    builds=10_000,
+    list_calls=2_000,
+    host_downloads=10_000,
+    hosts=1_000,
+    host_concurrency=256,
+    fault_downloads=1_000,
+    fault_file_kib=1024,
+)
+QUICK = Sizes(
+    transfer_mib=16,
+    builds=300,
+    list_calls=64,
+    host_downloads=400,
+    hosts=100,
+    host_concurrency=64,
+    fault_downloads=48,
+    fault_file_kib=64,
+)
+
+Case = Callable[[Sizes, int, Path], Awaitable[CaseResult]]
+CASES: dict[str, Case] = {
+    "download": lambda s, r, w: _transfer.run_download(s.transfer_mib * MiB, r, w),
+    "upload": lambda s, r, w: _transfer.run_upload(s.transfer_mib * MiB, r, w),
+    "control": lambda s, r, w: _control.run(s.builds, s.list_calls, r),
+    "hosts": lambda s, r, w: _hosts.run(s.host_downloads, s.hosts, s.host_concurrency, r, w),
+    "faults": lambda s, r, w: _faults.run(s.fault_downloads, s.fault_file_kib * 1024, r, w),
+}
+
+
+async def run_all(names: list[str], sizes: Sizes, rounds: int, log: Any) -> dict[str, Any]:
+    """Run the chosen cases one after another; returns the whole report."""
+    report: dict[str, Any] = {"machine": describe_machine(), "rounds": rounds, "cases": []}
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="sandboxkit-bench-") as tmp:
+        for name in names:
+            work = Path(tmp) / name
+            work.mkdir()
+            case_started = time.perf_counter()
+            print(f"running {name}...", file=sys.stderr, flush=True)
+            result = await CASES[name](sizes, rounds, work)
+            result.config["seconds"] = round(time.perf_counter() - case_started, 1)
+            if log is not None:
+                print_case(result, log)
+                log.flush()
+            report["cases"].append(result.to_json())
+    report["seconds"] = round(time.perf_counter() - started, 1)
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the command line, run, print; returns the exit status."""
+    parser = argparse.ArgumentParser(
+        prog="python benchmarks/run.py",
+        description="sandboxkit against raw aiohttp and httpx on the same loopback server.",
+    )
+    parser.add_argument("--quick", action="store_true", help="small sizes, 1 round (smoke run)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    parser.add_argument(
+        "--case", action="append", choices=list(CASES), help="run only this case (repeatable)"
+    )
+    parser.add_argument("--rounds", type=int, help="paired rounds (default 5; --quick: 1)")
+    parser.add_argument("--size-mib", type=int, help="transfer size of cases 1 and 2")
+    args = parser.parse_args(argv)
+    sizes = QUICK if args.quick else FULL
+    if args.size_mib is not None:
+        sizes = Sizes(**{**sizes.__dict__, "transfer_mib": args.size_mib})
+    rounds = args.rounds if args.rounds is not None else (1 if args.quick else 5)
+    if rounds < 1:
+        parser.error("--rounds must be at least 1")
+    names = args.case or list(CASES)
+    # Tables go to stdout as each case ends; with --json they go to stderr instead.
+    log = sys.stderr if args.json else sys.stdout
+    machine = describe_machine()
+    print(
+        "machine: " + ", ".join(f"{k}={v}" for k, v in machine.items() if k != "platform"),
+        file=log,
+    )
+    report = asyncio.run(run_all(names, sizes, rounds, log))
+    if args.json:
+        json.dump(report, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        missed = [t["what"] for case in report["cases"] for t in case["targets"] if not t["met"]]
+        print(f"\n{len(missed)} target(s) missed; total {report['seconds']} s", file=log)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,54 @@
+"""A smoke run of benchmarks/run.py: the benchmark code still works (no timing is asserted)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "run.py"
+CASES = ["download", "upload", "control", "hosts", "faults"]
+
+
+def test_quick_run_reports_every_case_as_json() -> None:
+    """`run.py --quick --json` runs all five cases and prints a report with their figures."""
+    done = subprocess.run(
+        [sys.executable, "-W", "error", str(SCRIPT), "--quick", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    report = json.loads(done.stdout)
+    assert report["machine"]["cpu_count"] >= 1
+    assert report["machine"]["python"] and report["machine"]["aiohttp"]
+    assert [case["name"] for case in report["cases"]] == CASES
+    for case in report["cases"]:
+        assert case["server"] and case["rows"], case["name"]
+        assert all("contender" in row for row in case["rows"])
+        assert all(isinstance(t["met"], bool) for t in case["targets"])
+    by_name = {case["name"]: case for case in report["cases"]}
+    # Correctness, unlike speed, is asserted: every download finished with the right bytes.
+    hosts = [row for row in by_name["hosts"]["rows"] if row["contender"].startswith("sandboxkit")]
+    assert hosts and all(row["errors"] == 0 for row in hosts)
+    # Not the default-policy row: with 5 attempts one download in ~3,000 may run out of tries.
+    faults = {row["contender"]: row for row in by_name["faults"]["rows"]}
+    assert faults["fault-free"]["completion"] == 1.0
+    assert [row["completion"] for name, row in faults.items() if "max_attempts=10" in name] == [1.0]
+
+
+def test_one_case_prints_a_table() -> None:
+    """Without --json the chosen case is printed as a table with its targets."""
+    done = subprocess.run(
+        [sys.executable, "-W", "error", str(SCRIPT), "--quick", "--case", "upload"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "## 2. upload" in done.stdout
+    assert "sandboxkit upload (path)" in done.stdout and "target" in done.stdout
+    assert "cpu_count=" in done.stdout and "aiohttp=" in done.stdout
