@@ -355,3 +355,18 @@ def test_untrusted_certificate_is_not_retryable() -> None:
     error = sandboxkit.CertificateVerificationError("bad cert")
     assert isinstance(error, APIConnectionError)
     assert not is_retryable(error, RetryPolicy())
+
+
+@pytest.mark.parametrize("bad", [{"x": 1}, ["a"]])
+def test_objects_are_not_strings(bad: object) -> None:
+    """An object or array where the interface says string is refused, not stored as its repr."""
+    with pytest.raises(Exception):  # noqa: B017 - cattrs raises its own error types
+        structure({"id": bad}, models.Build)
+    with pytest.raises(Exception):  # noqa: B017
+        structure({"id": "b", "status": bad}, models.Build)
+
+
+def test_numbers_and_nulls_in_string_fields_are_tolerated() -> None:
+    """A number where a string is due becomes its text; null stays None."""
+    build = structure({"id": 7, "status": None, "product": 3}, models.Build)
+    assert (build.id, build.status, build.product) == ("7", None, "3")
