@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import ssl as ssl_module
 import time
 from collections import OrderedDict
@@ -92,6 +93,7 @@ def map_errors(operation: str) -> Iterator[None]:
         ) from exc
 
 
+@functools.lru_cache(maxsize=64)  # a handful of Timeout values per process; saves a build per call
 def _client_timeout(timeout: Timeout) -> aiohttp.ClientTimeout:
     # `total` bounds the whole logical call (retries included) one level up, not one request.
     return aiohttp.ClientTimeout(total=None, sock_connect=timeout.connect, sock_read=timeout.read)
