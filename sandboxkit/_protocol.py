@@ -25,7 +25,6 @@ __all__ = [
     "IDEMPOTENCY_REPLAYED",
     "IMAGE_NAME_FILTER",
     "IMAGE_OS_SERIES_FILTER",
-    "LOGGED_HEADERS",
     "RANGE",
     "REQUEST_ID",
     "RETRYABLE_STATUSES",
@@ -68,11 +67,6 @@ RETRY_AFTER = "Retry-After"
 RANGE = "Range"
 CONTENT_RANGE = "Content-Range"
 ACCEPT_RANGES = "Accept-Ranges"
-
-# Only these headers ever reach a log line; everything else (tokens above all) stays out.
-LOGGED_HEADERS = frozenset(
-    {"content-type", "content-length", "x-request-id", "retry-after", "accept-ranges"}
-)
 
 # 500 is deliberately absent: DESIGN section 5 surfaces it at once.
 RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})

@@ -391,7 +391,6 @@ class Transport:
         base_url: str,
         api_key: str,
         limits: Limits,
-        data_plane_scheme: str,
         ssl: SSLOption,
         resolver: aiohttp.abc.AbstractResolver | None,
         clock: Callable[[], float] = time.monotonic,
@@ -399,7 +398,6 @@ class Transport:
         self.base_url = base_url
         self._authorization = f"Bearer {api_key}"
         self.limits = limits
-        self.data_plane_scheme = data_plane_scheme
         self._ssl = ssl
         self._resolver = resolver
         self._loop: asyncio.AbstractEventLoop | None = None

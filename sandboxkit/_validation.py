@@ -37,7 +37,6 @@ __all__ = [
     "check_text",
     "check_username",
     "check_uuid",
-    "check_v1_template_name",
 ]
 
 TEMPLATE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -45,7 +44,6 @@ TEMPLATE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,64}")
 IMAGE_FILTER = re.compile(r"[A-Za-z0-9._-]+")
 MAX_IMAGE_FILTER = 256
-V1_TEMPLATE_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.\- ]{0,253}[A-Za-z0-9])?")
 
 MAX_DESCRIPTION = 256
 MAX_CPU = 16
@@ -227,18 +225,6 @@ def check_image_filter(argument: str, value: Any, max_length: int = MAX_IMAGE_FI
             argument, f"must be 1-{max_length} chars of A-Z, a-z, 0-9, '.', '_' or '-'", value
         )
     return value
-
-
-def check_v1_template_name(name: Any) -> str:
-    """At most 255 chars; starts and ends with a letter or digit; `_ - . space` inside."""
-    if not isinstance(name, str) or not V1_TEMPLATE_NAME.fullmatch(name):
-        raise _fail(
-            "name",
-            "must be 1-255 chars, start and end with a letter or digit, and hold only "
-            "letters, digits, '_', '-', '.' or spaces",
-            name,
-        )
-    return name
 
 
 def _utf8(value: str) -> bool:

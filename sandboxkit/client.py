@@ -100,7 +100,6 @@ class Client:
             base_url=self.base_url,
             api_key=_resolve_api_key(api_key),
             limits=self.limits,
-            data_plane_scheme=data_plane_scheme,
             ssl=ssl,
             resolver=resolver,
         )

@@ -15,7 +15,7 @@ from .._config import Timeout
 from .._convert import unstructure
 from .._cursors import BuildCursor, LogCursor
 from .._retry import RetryPolicy
-from ..errors import BuildFailedError, ResponseDecodeError, ValidationError
+from ..errors import BuildFailedError, ResponseDecodeError
 from ..models import Build, LogEntry, LogPage, Page, Resources, TemplateCreated
 from ._common import AsyncStream
 
@@ -168,7 +168,10 @@ class Templates:
         """
         request = proto.ApiRequest(
             "POST",
-            proto.build_path(_id("template_id", template_id), _id("build_id", build_id)),
+            proto.build_path(
+                check.check_path_id("template_id", template_id),
+                check.check_path_id("build_id", build_id),
+            ),
             operation="templates.start_build",
             surface="v2",
             idempotent=False,
@@ -193,7 +196,7 @@ class Templates:
         """
         return BuildPager(
             self._calls,
-            _id("template_id", template_id),
+            check.check_path_id("template_id", template_id),
             check.check_page_size(page_size),
             _CallOptions(timeout, retry),
         )
@@ -239,7 +242,10 @@ class Templates:
             level=check.check_log_level(level),
             following=follow,
         )
-        ids = (_id("template_id", template_id), _id("build_id", build_id))
+        ids = (
+            check.check_path_id("template_id", template_id),
+            check.check_path_id("build_id", build_id),
+        )
         options = _CallOptions(timeout, retry)
         return AsyncStream(
             self._logs(
@@ -294,9 +300,3 @@ class Templates:
                 code=finished.failure.code,
                 message=finished.failure.message,
             )
-
-
-def _id(argument: str, value: Any) -> str:
-    if not isinstance(value, str) or not value:
-        raise ValidationError(f"{argument} must be a non-empty string, got {value!r}")
-    return value
