@@ -360,9 +360,9 @@ def test_untrusted_certificate_is_not_retryable() -> None:
 @pytest.mark.parametrize("bad", [{"x": 1}, ["a"]])
 def test_objects_are_not_strings(bad: object) -> None:
     """An object or array where the interface says string is refused, not stored as its repr."""
-    with pytest.raises(Exception):  # noqa: B017 - cattrs raises its own error types
+    with pytest.raises(TypeError, match="expected a string"):
         structure({"id": bad}, models.Build)
-    with pytest.raises(Exception):  # noqa: B017
+    with pytest.raises(TypeError, match="expected a string"):
         structure({"id": "b", "status": bad}, models.Build)
 
 
