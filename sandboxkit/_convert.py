@@ -17,6 +17,7 @@ import cattrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
 from . import models
+from ._record_decoder import make_record_decoder
 
 __all__ = ["converter", "make_converter", "strict_converter", "structure", "unstructure"]
 
@@ -53,7 +54,9 @@ _RESOURCE_TYPES: Mapping[str, type[models.CustomResources | models.PresetResourc
 
 
 def _structure_datetime(value: Any, _: type[datetime]) -> datetime:
-    if isinstance(value, datetime):
+    if type(value) is str:  # the wire's form: checked first, it is nearly every call
+        parsed = datetime.fromisoformat(value)
+    elif isinstance(value, datetime):
         parsed = value
     elif isinstance(value, int | float) and not isinstance(value, bool):
         parsed = datetime.fromtimestamp(value, UTC)
@@ -122,7 +125,7 @@ def _objects_only(cls: Any, structure_fn: Callable[[Any, Any], Any]) -> Callable
     name = getattr(cls, "__name__", str(cls))
 
     def structure_record(value: Any, type_: Any) -> Any:
-        if not isinstance(value, Mapping):
+        if type(value) is not dict and not isinstance(value, Mapping):
             raise TypeError(f"{name} must be an object, not {type(value).__name__}")
         return structure_fn(value, type_)
 
@@ -168,22 +171,82 @@ def _optional_hook(cls: Any, conv: cattrs.Converter) -> Callable[[Any, Any], Any
     return nested
 
 
+def _is_homogeneous_tuple(cls: Any) -> bool:
+    args = typing.get_args(cls)
+    return typing.get_origin(cls) is tuple and len(args) == 2 and args[1] is Ellipsis
+
+
+def _tuple_hook(cls: Any, conv: cattrs.Converter) -> Callable[[Any, Any], Any]:
+    # cattrs takes any iterable here (a string became a tuple of its characters) and looks the
+    # element hook up again for every value. A JSON array is a list: take only that (or a
+    # tuple, from a model round trip), with the element hook looked up once.
+    inner = typing.get_args(cls)[0]
+    hook = conv.get_structure_hook(inner)
+
+    def check_array(value: Any) -> None:
+        if type(value) is not list and not isinstance(value, list | tuple):
+            raise TypeError(f"expected an array, got {type(value).__name__}")
+
+    if inner is str:
+
+        def strings(value: Any, _: Any) -> tuple[str, ...]:
+            check_array(value)
+            for item in value:
+                if type(item) is not str:
+                    return tuple([hook(item, str) for item in value])
+            return tuple(value)
+
+        return strings
+
+    def items(value: Any, _: Any) -> tuple[Any, ...]:
+        check_array(value)
+        return tuple([hook(item, inner) for item in value])
+
+    return items
+
+
+def _is_object_of_anything(cls: Any) -> bool:
+    return typing.get_origin(cls) in (Mapping, dict) and typing.get_args(cls) == (str, Any)
+
+
+def _object_hook(value: Any, _: Any) -> dict[str, Any]:
+    # A JSON object passed through as it came (cattrs would rebuild it key by key).
+    if type(value) is not dict and not isinstance(value, Mapping):
+        raise TypeError(f"expected an object, got {type(value).__name__}")
+    for key in value:  # a plain loop: all() of a generator costs more on small objects
+        if type(key) is not str:
+            return {_structure_str(k, str): item for k, item in value.items()}
+    return dict(value)
+
+
+def _wire_names(renames: Mapping[str, str]) -> dict[str, Any]:
+    return {name: override(rename=wire) for name, wire in renames.items()}
+
+
 def make_converter(*, strict: bool) -> cattrs.Converter:
     """Build a converter; `strict` forbids keys the models do not know."""
     conv = cattrs.Converter(forbid_extra_keys=strict, detailed_validation=strict)
     conv.register_structure_hook(str, _structure_str)
     conv.register_structure_hook_factory(_is_optional, _optional_hook)
+    conv.register_structure_hook_factory(_is_homogeneous_tuple, _tuple_hook)
+    conv.register_structure_hook_factory(_is_object_of_anything, lambda _: _object_hook)
     conv.register_structure_hook(datetime, _structure_datetime)
     conv.register_unstructure_hook(datetime, _unstructure_datetime)
-    conv.register_structure_hook_factory(
-        attrs.has, lambda cls: _objects_only(cls, make_dict_structure_fn(cls, conv))
-    )
+
+    def record_hook(cls: Any, renames: Mapping[str, str]) -> Callable[[Any, Any], Any]:
+        # The client decodes with generated positional code (see _record_decoder); the strict
+        # converter keeps cattrs's own, with its extra-key checks and detailed errors.
+        fast = None if strict else make_record_decoder(cls, conv, renames)
+        if fast is not None:
+            return fast
+        return _objects_only(cls, make_dict_structure_fn(cls, conv, **_wire_names(renames)))
+
+    conv.register_structure_hook_factory(attrs.has, lambda cls: record_hook(cls, {}))
     for cls, renames in _V1_RENAMES.items():
-        overrides: dict[str, Any] = {n: override(rename=wire) for n, wire in renames.items()}
-        conv.register_structure_hook(
-            cls, _objects_only(cls, make_dict_structure_fn(cls, conv, **overrides))
+        conv.register_structure_hook(cls, record_hook(cls, renames))
+        conv.register_unstructure_hook(
+            cls, make_dict_unstructure_fn(cls, conv, **_wire_names(renames))
         )
-        conv.register_unstructure_hook(cls, make_dict_unstructure_fn(cls, conv, **overrides))
     for type_name, cls in _RESOURCE_TYPES.items():
         plain = make_dict_unstructure_fn(cls, conv, _cattrs_omit_if_default=False)
 

@@ -366,6 +366,50 @@ def test_objects_are_not_strings(bad: object) -> None:
         structure({"id": "b", "status": bad}, models.Build)
 
 
+@pytest.mark.parametrize(
+    ("field", "bad", "message"),
+    [
+        ("commands", "make", "expected an array, got str"),  # was ('m', 'a', 'k', 'e')
+        ("commands", {"a": 1}, "expected an array, got dict"),
+        ("source", "ubuntu", "expected an object, got str"),
+        ("source", [["image", "x"]], "expected an object, got list"),
+        ("resources", ["cpu_count"], "BuildResources must be an object, not list"),
+    ],
+)
+def test_arrays_and_objects_keep_their_shape(field: str, bad: object, message: str) -> None:
+    """A string or object where an array is due, or a string or array where an object is due,
+    is refused rather than taken apart (a string's characters as commands)."""
+    with pytest.raises(TypeError, match=message):
+        structure({"id": "b", field: bad}, models.Build)
+
+
+def test_a_page_decodes_through_generated_code_with_wire_values_kept() -> None:
+    """A Build page decodes field by field: strings as given, numbers made text, a nested
+    record, a timestamp in UTC, and an absent field's default."""
+    wire = {
+        "items": [
+            {
+                "id": "b1",
+                "status": 5,
+                "resources": {"cpu_count": 2, "architecture": "arm64"},
+                "created_at": "2026-01-02T03:04:05+01:00",
+                "source": {"image": "x"},
+                "commands": ["make", 7],
+            }
+        ],
+        "total": "1",
+        "page": 1,
+        "page_size": 20,
+    }
+    page = structure(wire, models.Page[models.Build])
+    build = page.items[0]
+    assert (page.total, page.request_id) == (1, None)
+    assert (build.id, build.status, build.commands) == ("b1", "5", ("make", "7"))
+    assert build.resources == models.BuildResources(cpu_count=2, architecture="arm64")
+    assert build.created_at == datetime(2026, 1, 2, 2, 4, 5, tzinfo=UTC)
+    assert (build.source, build.failure, build.finished_at) == ({"image": "x"}, None, None)
+
+
 def test_numbers_and_nulls_in_string_fields_are_tolerated() -> None:
     """A number where a string is due becomes its text; null stays None."""
     build = structure({"id": 7, "status": None, "product": 3}, models.Build)

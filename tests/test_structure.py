@@ -20,6 +20,7 @@ LAYERS: list[tuple[str, ...]] = [
         "errors",
         "models",
         "_convert",
+        "_record_decoder",
         "_protocol",
         "_retry",
         "_validation",
