@@ -14,7 +14,7 @@ def _positive_or_none(_: object, attribute: attrs.Attribute[Any], value: object)
         raise ValueError(f"{attribute.name} must be a positive number of seconds or None")
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)  # hashed on every request (the aiohttp timeout cache)
 class Timeout:
     """Time limits in seconds.
 

@@ -13,7 +13,7 @@ import functools
 import ssl as ssl_module
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 import aiohttp
@@ -59,38 +59,51 @@ SSLOption = ssl_module.SSLContext | bool
 CONTROL_BODY_LIMIT = 32 << 20
 
 
-@contextlib.contextmanager
-def map_errors(operation: str) -> Iterator[None]:
-    """Translate aiohttp and socket failures into sandboxkit exceptions."""
-    try:
-        yield
-    except TransportError:
-        raise
-    except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
-        raise APITimeoutError(f"{operation}: timed out", operation=operation) from exc
-    except aiohttp.ClientConnectorCertificateError as exc:
-        raise CertificateVerificationError(
+class map_errors:
+    """Translate aiohttp and socket failures into sandboxkit exceptions.
+
+    A class rather than a generator context manager: it wraps every request, and entering a
+    generator costs several times more.
+    """
+
+    __slots__ = ("_operation",)
+
+    def __init__(self, operation: str) -> None:
+        self._operation = operation
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        if isinstance(exc, Exception) and not isinstance(exc, TransportError):
+            translated = _translate(exc, self._operation)
+            if translated is not None:
+                raise translated from exc
+
+
+def _translate(exc: Exception, operation: str) -> TransportError | None:
+    if isinstance(exc, TimeoutError | aiohttp.ServerTimeoutError):
+        return APITimeoutError(f"{operation}: timed out", operation=operation)
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        return CertificateVerificationError(
             f"{operation}: TLS certificate verification failed for {exc.host}: pass ssl= a "
             "context that trusts the server's CA",
             operation=operation,
-        ) from exc
-    except aiohttp.ClientConnectorError as exc:
-        raise APIConnectionError(
+        )
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return APIConnectionError(
             f"{operation}: cannot connect to {exc.host}:{exc.port} ({exc.strerror or exc})",
             operation=operation,
-        ) from exc
-    except aiohttp.ServerDisconnectedError as exc:
-        raise APIConnectionError(
-            f"{operation}: server closed the connection", operation=operation
-        ) from exc
-    except aiohttp.ClientPayloadError as exc:
-        raise APIConnectionError(
+        )
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return APIConnectionError(f"{operation}: server closed the connection", operation=operation)
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        return APIConnectionError(
             f"{operation}: the answer's body was cut short or malformed", operation=operation
-        ) from exc
-    except (aiohttp.ClientError, OSError) as exc:
-        raise APIConnectionError(
-            f"{operation}: {type(exc).__name__}: {exc}", operation=operation
-        ) from exc
+        )
+    if isinstance(exc, aiohttp.ClientError | OSError):
+        return APIConnectionError(f"{operation}: {type(exc).__name__}: {exc}", operation=operation)
+    return None
 
 
 @functools.lru_cache(maxsize=64)  # a handful of Timeout values per process; saves a build per call
@@ -476,7 +489,12 @@ class Transport:
                 self._refuse_if_closed(response)
                 self._reading.add(response)
                 try:
-                    body, whole = await _read_capped(response.content, CONTROL_BODY_LIMIT)
+                    length = response.content_length
+                    if length is not None and length <= CONTROL_BODY_LIMIT:
+                        # The usual answer: its size is declared and small, one read takes it.
+                        body, whole = await response.read(), True
+                    else:
+                        body, whole = await _read_capped(response.content, CONTROL_BODY_LIMIT)
                 finally:
                     self._reading.discard(response)
                 if not whole and 200 <= response.status < 300:
