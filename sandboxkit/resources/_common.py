@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from types import TracebackType
 from typing import Generic, TypeVar
 
-__all__ = ["AsyncStream"]
+__all__ = ["AsyncStream", "PagedStream"]
 
 T = TypeVar("T")
 
@@ -41,3 +41,36 @@ class AsyncStream(Generic[T]):
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+class PagedStream(AsyncStream[T]):
+    """The items of pages fetched one at a time, handed out without a generator per item.
+
+    `next_page` returns the next page's items, or None once there is no next page. A page
+    call that fails (or is cancelled) leaves the stream where it was: the next `__anext__`
+    asks for that page again.
+    """
+
+    def __init__(self, next_page: Callable[[], Awaitable[Sequence[T] | None]]) -> None:
+        self._next_page = next_page
+        self._buffer: Iterator[T] = iter(())
+        self._done = False
+
+    async def __anext__(self) -> T:
+        # Most calls are served from the page in hand; only a page boundary awaits.
+        for item in self._buffer:
+            return item
+        while not self._done:
+            items = await self._next_page()
+            if items is None:
+                self._done = True
+                break
+            self._buffer = iter(items)
+            for item in self._buffer:
+                return item
+        raise StopAsyncIteration
+
+    async def aclose(self) -> None:
+        """Stop the stream; it holds no connection between pages."""
+        self._done = True
+        self._buffer = iter(())

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
 import attrs
@@ -17,7 +17,7 @@ from .._cursors import BuildCursor, LogCursor
 from .._retry import RetryPolicy
 from ..errors import BuildFailedError, ResponseDecodeError
 from ..models import Build, LogEntry, LogPage, Page, Resources, TemplateCreated
-from ._common import AsyncStream
+from ._common import AsyncStream, PagedStream
 
 __all__ = ["BuildPager", "Templates"]
 
@@ -36,6 +36,7 @@ class BuildPager:
     ) -> None:
         self._calls = calls
         self._template_id = template_id
+        self._path = proto.builds_path(template_id)
         self._page_size = page_size
         self._options = options
 
@@ -45,7 +46,7 @@ class BuildPager:
     async def _fetch(self, cursor: BuildCursor) -> Page[Build]:
         request = proto.ApiRequest(
             "GET",
-            proto.builds_path(self._template_id),
+            self._path,
             operation="templates.builds",
             surface="v2",
             idempotent=True,
@@ -55,7 +56,10 @@ class BuildPager:
             request, timeout=self._options.timeout, retry=self._options.retry
         )
         page = decode_reply(reply, reply.payload, Page[Build])
-        return attrs.evolve(page, request_id=reply.request_id)
+        request_id = reply.request_id
+        if page.request_id == request_id:  # the usual case: the body carries it
+            return page
+        return attrs.evolve(page, request_id=request_id)
 
     async def _pages(self) -> AsyncGenerator[Page[Build], None]:
         cursor = BuildCursor(page_size=self._page_size)
@@ -68,15 +72,15 @@ class BuildPager:
         """Iterate over whole pages as the service returns them."""
         return AsyncStream(self._pages())
 
-    async def _items(self) -> AsyncGenerator[Build, None]:
+    def __aiter__(self) -> AsyncStream[Build]:
         cursor = BuildCursor(page_size=self._page_size)
-        while not cursor.done:
-            page = await self._fetch(cursor)
-            for build in cursor.feed(page):
-                yield build
 
-    def __aiter__(self) -> AsyncIterator[Build]:
-        return AsyncStream(self._items())
+        async def next_page() -> tuple[Build, ...] | None:
+            if cursor.done:
+                return None
+            return cursor.feed(await self._fetch(cursor))
+
+        return PagedStream(next_page)
 
 
 class Templates:
