@@ -233,6 +233,47 @@ async def test_shifted_pages_never_repeat_a_build(
     assert got == ["b-3", "b-2", "b-1", "b-0"]
 
 
+async def test_a_failed_page_is_asked_again_by_the_next_step(
+    server: ScriptServer, client: sandboxkit.Client
+) -> None:
+    """When a page call fails, the stream stays at that page: the next step asks for it again
+    and goes on, with no build lost or repeated."""
+    server.on(
+        "GET",
+        "/api/v2/templates/t/builds",
+        answer({"total": 3, "page": 1, "page_size": 2, "items": [build(2), build(1)]}),
+        v2_error(500, "Internal.ServerError"),
+        answer({"total": 3, "page": 2, "page_size": 2, "items": [build(0)]}),
+    )
+    stream = aiter(client.templates.builds("t", page_size=2))
+    got = [(await anext(stream)).id, (await anext(stream)).id]
+    with pytest.raises(sandboxkit.InternalServerError):
+        await anext(stream)
+    got += [b.id async for b in stream]
+    assert got == ["b-2", "b-1", "b-0"]
+    assert [s.query["page"] for s in server.requests()] == ["1", "2", "2"]
+
+
+async def test_page_request_id_comes_from_the_body_else_the_header(
+    server: ScriptServer, client: sandboxkit.Client
+) -> None:
+    """A page's request_id is the body's; a body without one takes X-Request-ID."""
+    server.on(
+        "GET",
+        "/api/v2/templates/t/builds",
+        answer(
+            {"request_id": "body", "total": 3, "page": 1, "page_size": 2, "items": [build(1)]},
+            headers={"X-Request-ID": "header-1"},
+        ),
+        answer(
+            {"total": 3, "page": 2, "page_size": 2, "items": [build(0)]},
+            headers={"X-Request-ID": "header-2"},
+        ),
+    )
+    pages = [p async for p in client.templates.builds("t", page_size=2).pages()]
+    assert [p.request_id for p in pages] == ["body", "header-2"]
+
+
 async def test_empty_page_stops_and_pages_expose_metadata(
     server: ScriptServer, client: sandboxkit.Client
 ) -> None:
