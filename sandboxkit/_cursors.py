@@ -33,8 +33,9 @@ class BuildCursor:
 
     def feed(self, page: models.Page[models.Build]) -> tuple[models.Build, ...]:
         """Digest one page; returns the Builds not yielded before (new builds shift pages)."""
-        fresh = tuple(b for b in page.items if b.id not in self.seen)
-        self.seen.update(b.id for b in fresh)
+        seen = self.seen
+        fresh = tuple([b for b in page.items if b.id not in seen])
+        seen.update([b.id for b in fresh])
         # New builds shift items onto later pages, so one repeated page is normal; page
         # after page of nothing new is a server that would keep us asking up to its `total`.
         self.stale_pages = 0 if fresh or not page.items else self.stale_pages + 1

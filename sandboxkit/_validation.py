@@ -237,7 +237,7 @@ def _utf8(value: str) -> bool:
 
 
 def _single_line(value: str) -> bool:
-    return not any(ch in value for ch in "\r\n\x00")
+    return "\n" not in value and "\r" not in value and "\x00" not in value
 
 
 def check_text(argument: str, value: Any, *, secret: bool = False) -> str:

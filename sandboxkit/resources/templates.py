@@ -22,6 +22,9 @@ from ._common import AsyncStream, PagedStream
 __all__ = ["BuildPager", "Templates"]
 
 
+_BUILD_PAGE = Page[Build]  # subscripted once: the alias is looked up on every page otherwise
+
+
 @attrs.frozen
 class _CallOptions:
     timeout: Timeout | None = None
@@ -55,22 +58,24 @@ class BuildPager:
         reply = await self._calls.send(
             request, timeout=self._options.timeout, retry=self._options.retry
         )
-        page = decode_reply(reply, reply.payload, Page[Build])
+        page = decode_reply(reply, reply.payload, _BUILD_PAGE)
         request_id = reply.request_id
         if page.request_id == request_id:  # the usual case: the body carries it
             return page
         return attrs.evolve(page, request_id=request_id)
 
-    async def _pages(self) -> AsyncGenerator[Page[Build], None]:
-        cursor = BuildCursor(page_size=self._page_size)
-        while not cursor.done:
-            page = await self._fetch(cursor)
-            cursor.feed(page)
-            yield page
-
     def pages(self) -> AsyncStream[Page[Build]]:
         """Iterate over whole pages as the service returns them."""
-        return AsyncStream(self._pages())
+        cursor = BuildCursor(page_size=self._page_size)
+
+        async def next_page() -> tuple[Page[Build]] | None:
+            if cursor.done:
+                return None
+            page = await self._fetch(cursor)
+            cursor.feed(page)
+            return (page,)
+
+        return PagedStream(next_page)
 
     def __aiter__(self) -> AsyncStream[Build]:
         cursor = BuildCursor(page_size=self._page_size)
