@@ -29,6 +29,8 @@ CONCURRENCY = 16
 FAULTS = "10% 429, 10% 502, 5% cut"
 # A batch job that expects a quarter of its requests to fail raises max_attempts.
 PATIENT = 10
+FAULT_FREE = "fault-free"
+PATIENT_ROW = f"{FAULTS}, RetryPolicy(max_attempts={PATIENT})"
 SERVER = "sandboxkit.emulator (python benchmarks/_server.py emulator), seeded random faults"
 
 
@@ -132,17 +134,13 @@ async def _run(
 
         samples = await paired_rounds(
             [
-                contender("fault-free", False, sandboxkit.RetryPolicy()),
+                contender(FAULT_FREE, False, sandboxkit.RetryPolicy()),
                 contender(f"{FAULTS}, default RetryPolicy", True, sandboxkit.RetryPolicy()),
-                contender(
-                    f"{FAULTS}, RetryPolicy(max_attempts={PATIENT})",
-                    True,
-                    sandboxkit.RetryPolicy(max_attempts=PATIENT),
-                ),
+                contender(PATIENT_ROW, True, sandboxkit.RetryPolicy(max_attempts=PATIENT)),
             ],
             rounds,
         )
-    reference = samples["fault-free"]
+    reference = samples[FAULT_FREE]
     rows = [_row(name, runs, reference, downloads) for name, runs in samples.items()]
     return CaseResult(
         name="faults",
@@ -162,12 +160,15 @@ async def _run(
         rows=rows,
         targets=[
             target(f"{row['contender']}: completion, sha256 correct", row["completion"], ">= 1")
-            for row in rows[1:]
+            for row in rows
+            if row["contender"] in (FAULT_FREE, PATIENT_ROW)
         ],
         notes=[
             "a download fails only when max_attempts requests in a row fail without moving "
             "it forward; with ~20% of requests answered 429 or 502 the default 5 attempts "
             "leave roughly one download in 1,000-3,000 failed (0.2^5 = 3e-4 if independent)",
+            f"the completion target is judged on '{PATIENT_ROW}', the policy README advises "
+            "for a brown-out like this one; the default row shows what 5 attempts give",
             *([f"failures (warm-up included): {dict(failures)}"] if failures else []),
             *([f"other warnings: {dict(counter.other)}"] if counter.other else []),
         ],
