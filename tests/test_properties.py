@@ -17,11 +17,13 @@ from typing import Any
 
 import attrs
 import pytest
+import yarl
 from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sandboxkit
+from sandboxkit import _protocol as proto
 from sandboxkit import _validation as check
 from sandboxkit import models
 from sandboxkit._convert import converter, strict_converter
@@ -173,6 +175,29 @@ def test_shapeless_records_keep_every_field(raw: dict[str, Any], kind: Any) -> N
     value = converter.structure(raw, kind)
     assert converter.structure(converter.unstructure(value), kind) == value
     assert converter.unstructure(value) == raw
+
+
+# -- query strings --------------------------------------------------------------------------
+
+QUERY_TEXT = st.text(
+    alphabet=st.characters(blacklist_categories=["Cs"]), max_size=12
+)  # no lone surrogates: validation refuses those first
+
+
+@BOUNDED
+@given(params=st.lists(st.tuples(QUERY_TEXT, QUERY_TEXT), max_size=4))
+def test_query_strings_reach_the_server_as_given(params: list[tuple[str, str]]) -> None:
+    """What `query_string` writes and yarl (aiohttp's URL) then reads gives back every name
+    and value exactly, `&`, `=`, `+`, `#`, `%`, spaces and non-ASCII included."""
+    url = yarl.URL("http://127.0.0.1/p?" + proto.query_string(params)) if params else None
+    assert url is None or list(url.query.items()) == params
+
+
+def test_safe_segments_are_left_alone_and_others_quoted_whole() -> None:
+    """The fast path returns unreserved ids as they are; anything else is quoted whole."""
+    assert proto.segment("tpl-A.1_~") == "tpl-A.1_~"
+    assert proto.segment("a/b c&d=e#f+g%") == "a%2Fb%20c%26d%3De%23f%2Bg%25"
+    assert proto.query_string([("path", "/x y"), ("n", "1")]) == "path=%2Fx%20y&n=1"
 
 
 # -- validators against an oracle written from the interface ---------------------------------

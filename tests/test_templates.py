@@ -254,6 +254,45 @@ async def test_a_failed_page_is_asked_again_by_the_next_step(
     assert [s.query["page"] for s in server.requests()] == ["1", "2", "2"]
 
 
+async def test_builds_page_asks_for_exactly_that_page(
+    server: ScriptServer, client: sandboxkit.Client
+) -> None:
+    """builds_page is one request for the page asked for, decoded into a typed Page."""
+    server.on(
+        "GET",
+        "/api/v2/templates/t%2F1/builds",
+        answer({"request_id": "r3", "total": 9, "page": 3, "page_size": 2, "items": [build(4)]}),
+    )
+    page = await client.templates.builds_page("t/1", page=3, page_size=2)
+    assert (page.page, page.page_size, page.total, page.request_id) == (3, 2, 9, "r3")
+    assert [b.id for b in page.items] == ["b-4"]
+    assert isinstance(page.items[0], sandboxkit.Build)
+    [seen] = server.requests()
+    assert (seen.path, seen.query) == (
+        "/api/v2/templates/t%2F1/builds",
+        {"page": "3", "page_size": "2"},
+    )
+
+
+@pytest.mark.parametrize(
+    ("arguments", "field"),
+    [
+        ({"page": 0}, "page"),
+        ({"page": "2"}, "page"),
+        ({"page_size": 101}, "page_size"),
+        ({"template_id": ""}, "template_id"),
+    ],
+)
+async def test_builds_page_refuses_bad_input_before_any_request(
+    server: ScriptServer, client: sandboxkit.Client, arguments: dict[str, Any], field: str
+) -> None:
+    """A page below 1 or not an int, a page size past 100 or an empty id sends nothing."""
+    call = {"template_id": "t", **arguments}
+    with pytest.raises(sandboxkit.ValidationError, match=field):
+        await client.templates.builds_page(call.pop("template_id"), **call)
+    assert server.requests() == []
+
+
 async def test_page_request_id_comes_from_the_body_else_the_header(
     server: ScriptServer, client: sandboxkit.Client
 ) -> None:

@@ -31,6 +31,30 @@ class _CallOptions:
     retry: RetryPolicy | None = None
 
 
+async def _fetch_build_page(
+    calls: Calls,
+    path: str,
+    cursor: BuildCursor,
+    timeout: Timeout | None,
+    retry: RetryPolicy | None,
+) -> Page[Build]:
+    """The one request for a page of Builds, for the pager and for `builds_page` alike."""
+    request = proto.ApiRequest(
+        "GET",
+        path,
+        operation="templates.builds",
+        surface="v2",
+        idempotent=True,
+        params=cursor.params(),
+    )
+    reply = await calls.send(request, timeout=timeout, retry=retry)
+    page = decode_reply(reply, reply.payload, _BUILD_PAGE)
+    request_id = reply.request_id
+    if page.request_id == request_id:  # the usual case: the body carries it
+        return page
+    return attrs.evolve(page, request_id=request_id)
+
+
 class BuildPager:
     """Builds of a Template, newest first: `async for` over Builds, `.pages()` over Pages."""
 
@@ -47,22 +71,9 @@ class BuildPager:
         return f"BuildPager(template_id={self._template_id!r}, page_size={self._page_size})"
 
     async def _fetch(self, cursor: BuildCursor) -> Page[Build]:
-        request = proto.ApiRequest(
-            "GET",
-            self._path,
-            operation="templates.builds",
-            surface="v2",
-            idempotent=True,
-            params=cursor.params(),
+        return await _fetch_build_page(
+            self._calls, self._path, cursor, self._options.timeout, self._options.retry
         )
-        reply = await self._calls.send(
-            request, timeout=self._options.timeout, retry=self._options.retry
-        )
-        page = decode_reply(reply, reply.payload, _BUILD_PAGE)
-        request_id = reply.request_id
-        if page.request_id == request_id:  # the usual case: the body carries it
-            return page
-        return attrs.evolve(page, request_id=request_id)
 
     def pages(self) -> AsyncStream[Page[Build]]:
         """Iterate over whole pages as the service returns them."""
@@ -209,6 +220,29 @@ class Templates:
             check.check_page_size(page_size),
             _CallOptions(timeout, retry),
         )
+
+    async def builds_page(
+        self,
+        template_id: str,
+        *,
+        page: int = 1,
+        page_size: int = 20,
+        timeout: Timeout | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> Page[Build]:
+        """One page of a Template's Builds, newest first: one request, for callers that show
+        or jump to page `page` themselves (`builds()` walks them all).
+
+        Example::
+
+            page = await client.templates.builds_page(template_id, page=2, page_size=50)
+            print(page.total, [b.id for b in page.items])
+        """
+        cursor = BuildCursor(
+            page_size=check.check_page_size(page_size), page=check.check_page(page)
+        )
+        path = proto.builds_path(check.check_path_id("template_id", template_id))
+        return await _fetch_build_page(self._calls, path, cursor, timeout, retry)
 
     async def get_build(
         self,
