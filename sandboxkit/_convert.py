@@ -6,7 +6,6 @@ keys, for the emulator and the tests that check our models against what the inte
 
 from __future__ import annotations
 
-import types
 import typing
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -17,7 +16,7 @@ import cattrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
 from . import models
-from ._record_decoder import make_record_decoder
+from ._record_decoder import INLINE_TYPES, make_record_decoder, not_an_object, optional_inner
 
 __all__ = ["converter", "make_converter", "strict_converter", "structure", "unstructure"]
 
@@ -120,13 +119,11 @@ def _structure_created(value: Any, _: type[models.ContainersCreated]) -> models.
 
 
 def _objects_only(cls: Any, structure_fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
-    # cattrs reads a record with `in` and `[]`, so a string or list where an object belongs
-    # would quietly become a record of defaults (a `credential: "x"` an empty credential).
     name = getattr(cls, "__name__", str(cls))
 
     def structure_record(value: Any, type_: Any) -> Any:
         if type(value) is not dict and not isinstance(value, Mapping):
-            raise TypeError(f"{name} must be an object, not {type(value).__name__}")
+            raise not_an_object(name, value)
         return structure_fn(value, type_)
 
     return structure_record
@@ -143,20 +140,15 @@ def _structure_str(value: Any, _: type[str]) -> str:
 
 
 def _is_optional(cls: Any) -> bool:
-    args = typing.get_args(cls)
-    return (
-        typing.get_origin(cls) in (typing.Union, types.UnionType)
-        and len(args) == 2
-        and type(None) in args
-    )
+    return optional_inner(cls) is not None
 
 
 def _optional_hook(cls: Any, conv: cattrs.Converter) -> Callable[[Any, Any], Any]:
     # cattrs dispatches `X | None` afresh for every value, most of the decoding time of a
     # Build page (13 optional fields). Look the inner hook up once instead.
-    inner = next(arg for arg in typing.get_args(cls) if arg is not type(None))
+    inner = optional_inner(cls)
     hook = conv.get_structure_hook(inner)
-    if inner in (str, int, bool):
+    if inner in INLINE_TYPES:
 
         def scalar(value: Any, _: Any) -> Any:
             if value is None or type(value) is inner:

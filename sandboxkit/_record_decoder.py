@@ -12,6 +12,7 @@ the strict converter keeps cattrs's own functions, its detailed errors and extra
 from __future__ import annotations
 
 import linecache
+import types
 import typing
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -19,9 +20,11 @@ from typing import Any
 import attrs
 import cattrs
 
-__all__ = ["make_record_decoder"]
+__all__ = ["INLINE_TYPES", "make_record_decoder", "not_an_object", "optional_inner"]
 
-_INLINE_TYPES = (str, int, bool)  # values of these types need no hook when they match
+# Values of these exact types need no hook where that type is due (both converters' Optional
+# hooks and the generated code below skip them).
+INLINE_TYPES = (str, int, bool)
 _MISSING = object()
 
 
@@ -52,22 +55,23 @@ def make_record_decoder(
         "cls": model,
         "Mapping": Mapping,
         "MISSING": _MISSING,
-        "type_error": _type_error,
+        "not_an_object": not_an_object,
     }
     lines = [
         "def decode(o, _):",
         "    if type(o) is not dict and not isinstance(o, Mapping):",
-        f"        type_error({name!r}, o)",
+        f"        raise not_an_object({name!r}, o)",
         "    get = o.get",
     ]
     for index, field in enumerate(fields):
         value, hook, type_ = f"v{index}", f"h{index}", f"t{index}"
         wire = renames.get(field.name, field.name)
         field_type = _bind(field.type, bound)
-        optional, inner = _optional_of(field_type)
-        inline = inner if inner in _INLINE_TYPES else None
-        if optional and field.default is None:
+        inner = optional_inner(field_type)
+        none_by_default = inner is not None and field.default is None
+        if none_by_default:
             field_type = inner  # None is handled inline below: call the inner hook directly
+        inline = field_type if field_type in INLINE_TYPES else None
         scope[hook] = conv.get_structure_hook(field_type)
         scope[type_] = field_type
         if field.default is attrs.NOTHING:
@@ -77,7 +81,7 @@ def make_record_decoder(
                 lines.append(f"        {value} = {hook}({value}, {type_})")
             else:
                 lines.append(f"    {value} = {hook}({value}, {type_})")
-        elif optional and field.default is None:
+        elif none_by_default:
             # Absent and null are the same None; a value of the plain type is taken as is.
             lines.append(f"    {value} = get({wire!r})")
             skip = f" and type({value}) is not {inline.__name__}" if inline else ""
@@ -111,15 +115,22 @@ def _bind(type_: Any, bound: Mapping[Any, Any]) -> Any:
     return type_
 
 
-def _optional_of(type_: Any) -> tuple[bool, Any]:
-    """(whether `type_` admits None, the type besides None)."""
-    args = getattr(type_, "__args__", ())
-    if type(None) in args and len(args) == 2:
-        return True, next(arg for arg in args if arg is not type(None))
-    return False, type_
+def optional_inner(type_: Any) -> Any | None:
+    """The X of `X | None` (or `Optional[X]`); None for any other type."""
+    args = typing.get_args(type_)
+    if (
+        typing.get_origin(type_) in (typing.Union, types.UnionType)
+        and len(args) == 2
+        and type(None) in args
+    ):
+        return next(arg for arg in args if arg is not type(None))
+    return None
 
 
-def _type_error(name: str, value: Any) -> None:
-    # cattrs reads a record with `in` and `[]`, so a string or list where an object belongs
-    # would quietly become a record of defaults: refuse it instead.
-    raise TypeError(f"{name} must be an object, not {type(value).__name__}")
+def not_an_object(name: str, value: Any) -> TypeError:
+    """The error for a non-object where record `name` is due.
+
+    cattrs reads a record with `in` and `[]`, so a string or list where an object belongs
+    would quietly become a record of defaults (a `credential: "x"` an empty credential).
+    """
+    return TypeError(f"{name} must be an object, not {type(value).__name__}")
