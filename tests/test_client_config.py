@@ -71,6 +71,8 @@ async def test_from_config_builds_the_client_it_describes(tmp_path: Path) -> Non
     config = ClientConfig(
         **BASE,
         timeout=sandboxkit.Timeout(connect=1.0),
+        retry=sandboxkit.RetryPolicy(max_attempts=8),
+        limits=sandboxkit.Limits(per_host_connections=2),
         data_plane_scheme="http",
         ssl=ca_file,
         resolver=EmulatorResolver,
@@ -82,7 +84,11 @@ async def test_from_config_builds_the_client_it_describes(tmp_path: Path) -> Non
         assert one.base_url == "http://127.0.0.1:1"
         assert one.timeout == sandboxkit.Timeout(connect=1.0)
         assert one.data_plane_scheme == "http"
-        assert one._transport is not two._transport
+        assert (one.retry, one.limits) == (config.retry, config.limits)
+        assert isinstance(one._transport._resolver, EmulatorResolver)
+        assert one._transport._resolver is not two._transport._resolver
+        assert isinstance(one._transport._ssl, ssl.SSLContext)
+        assert len(one._transport._ssl.get_ca_certs()) == 1
 
 
 def test_from_config_reports_bad_factories_and_ca_files(tmp_path: Path) -> None:

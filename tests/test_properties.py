@@ -259,6 +259,9 @@ def path_oracle(v: Any) -> bool:
 
 @BOUNDED
 @given(value=st.one_of(ANYTHING, st.from_regex(r"[A-Za-z0-9_-]{1,70}", fullmatch=True)))
+@example(value="a" * 64)
+@example(value="a" * 65)
+@example(value="a b")
 def test_template_names(value: Any) -> None:
     """check_template_name accepts exactly the interface's names."""
     assert accepts(check.check_template_name, value) == name_oracle(value), repr(value)
@@ -270,6 +273,10 @@ def test_template_names(value: Any) -> None:
         ANYTHING, st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7F), max_size=70)
     )
 )
+@example(value="k" * 64)
+@example(value="k" * 65)
+@example(value="k\x7f")
+@example(value="k y")
 def test_idempotency_keys(value: Any) -> None:
     """check_idempotency_key accepts exactly 1-64 printable ASCII without whitespace."""
     assert accepts(check.check_idempotency_key, value) == key_oracle(value), repr(value)
@@ -288,6 +295,9 @@ SEGMENT = st.one_of(
         st.lists(SEGMENT, max_size=5).map(lambda s: "/" + "/".join(s)),
     )
 )
+@example(value="/a/./b")
+@example(value="/a/../b")
+@example(value="/x\udc80")
 def test_remote_paths(value: Any) -> None:
     """check_remote_path accepts exactly absolute paths without `.`, `..` or NUL."""
     assert accepts(check.check_remote_path, value) == path_oracle(value), repr(value)
@@ -305,6 +315,10 @@ RESOURCE_VALUE = st.one_of(
 
 @BOUNDED
 @given(cpu=RESOURCE_VALUE, memory=RESOURCE_VALUE, disk=RESOURCE_VALUE)
+@example(cpu=16, memory=65536, disk=65536)
+@example(cpu=17, memory=1, disk=1)
+@example(cpu=1, memory=65537, disk=1)
+@example(cpu=1, memory=1, disk=65537)
 def test_custom_resources(cpu: Any, memory: Any, disk: Any) -> None:
     """check_resources accepts exactly positive integers within the custom limits."""
     values = {"cpu_count": cpu, "memory_mb": memory, "disk_size_mb": disk}
@@ -315,6 +329,11 @@ def test_custom_resources(cpu: Any, memory: Any, disk: Any) -> None:
 
 @BOUNDED
 @given(value=st.one_of(ANYTHING, st.integers(-3, 200)))
+@example(value=-1)
+@example(value=0)
+@example(value=1)
+@example(value=100)
+@example(value=101)
 def test_paging_numbers(value: Any) -> None:
     """Page size and log limit 1-100, page >= 1, log offset >= 0: integers only."""
     assert accepts(check.check_page_size, value) == (is_int(value) and 1 <= value <= 100)
@@ -337,6 +356,8 @@ def test_log_levels(value: Any) -> None:
 
 @BOUNDED
 @given(value=st.one_of(ANYTHING, st.text(max_size=300)))
+@example(value="d" * 256)
+@example(value="d" * 257)
 def test_descriptions(value: Any) -> None:
     """A description is at most 256 characters (or absent)."""
     expected = value is None or (isinstance(value, str) and len(value) <= 256)

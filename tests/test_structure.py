@@ -69,6 +69,12 @@ def imported_sandboxkit_modules(module: str, path: Path) -> set[str]:
                     out.update(f"{target}.{a.name}".strip(".") for a in node.names)
                 else:
                     out.add(target)
+            elif node.module == "sandboxkit":
+                out.update(
+                    a.name
+                    for a in node.names
+                    if (ROOT / a.name).is_dir() or (ROOT / f"{a.name}.py").exists()
+                )
             elif node.module and node.module.startswith("sandboxkit."):
                 out.add(node.module.removeprefix("sandboxkit."))
         elif isinstance(node, ast.Import):
