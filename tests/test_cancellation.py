@@ -132,10 +132,11 @@ async def test_a_transfer_cancelled_at_a_seeded_point(
             else:
                 scope.deadline = anyio.current_time() + rng.uniform(0, 0.02)
                 await sbx.files.read_bytes("/home/user/data.bin")
-        if kind != "read_bytes" and kind != "upload":
+        if kind != "read_bytes":  # its seeded deadline may fall after a quick read
             assert scope.cancelled_caught, note
-        assert part_files(tmp_path) == [], note
-        assert dest.read_bytes() == b"old", note
+        if kind == "download":  # the only kind that writes into tmp_path
+            assert part_files(tmp_path) == [], note
+            assert dest.read_bytes() == b"old", note
         await _check_still_works(sbx, client)
     await close_and_check(client, [port_of(emu.base_url), port_of(emu.domain)])
 

@@ -76,12 +76,14 @@ async def test_every_source_kind_round_trips(box: Box, tmp_path: Path, kind: str
     assert box.get("/home/user/dst.bin") == data
 
 
-async def test_seekable_file_sends_from_its_current_position(box: Box) -> None:
+async def test_seekable_file_sends_from_its_current_position(emu: Emulator, box: Box) -> None:
     """A file object positioned past its start sends the rest, and again the same on replay."""
     handle = io.BytesIO(b"header:" + b"body" * 1000)
     handle.seek(7)
+    emu.faults.script("files.upload", Fault.status(502))  # the replay is part of the claim
     await box.files.upload("/home/user/rest.bin", handle)
     assert box.get("/home/user/rest.bin") == b"body" * 1000
+    assert [r.status for r in emu.journal_for("files.upload")] == [502, 200]
 
 
 @pytest.mark.parametrize("kind", ["bytes", "path", "bytesio"])
