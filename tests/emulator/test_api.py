@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import aiohttp
 import pytest
 
 from sandboxkit.emulator import Emulator, Idc, ManualClock
 
+from ..reliability_support import port_of
 from .conftest import Box, idcs, new_box
 
 
@@ -44,9 +47,13 @@ async def test_close_removes_everything_and_is_idempotent(clock: ManualClock) ->
     emu = Emulator(idcs=idcs(), clock=clock)
     await emu.start()
     root = emu.sandbox_root((await emu.create_sandbox())["data"]["sandbox_key"])
+    ports = [port_of(emu.base_url), port_of(emu.domain)]
     await emu.close()
     await emu.close()
     assert not root.exists()
+    for port in ports:  # both servers stopped: nothing listens any more
+        with pytest.raises(OSError):
+            await asyncio.open_connection("127.0.0.1", port)
 
 
 async def test_client_dropping_a_download_is_quiet(

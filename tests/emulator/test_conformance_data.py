@@ -142,7 +142,11 @@ async def test_malformed_range_is_ignored(
 
 @pytest.mark.parametrize(
     "path",
-    [None, "", "home/user/f", "./f", "/home/./f", "/home/../etc/passwd", "/tmp/..", "/a\x00b"],
+    # "/tmp/../tmp/f" names no directory: only the relative-segment rule can refuse it.
+    [
+        *[None, "", "home/user/f", "./f", "/home/./f", "/home/../etc/passwd", "/tmp/.."],
+        *["/a\x00b", "/tmp/../tmp/f"],
+    ],
 )
 async def test_download_bad_path_400(
     http: aiohttp.ClientSession, box: Box, path: str | None

@@ -447,12 +447,16 @@ async def test_logs_unknown_build_404(emu: Emulator, http: aiohttp.ClientSession
 # -- auth, errors, other routes -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("authorization", [None, "Bearer", "Bearer wrong", "Basic abc", "sk-emu"])
+@pytest.mark.parametrize(
+    "authorization",
+    # "{key}" is the emulator's real API key: right key, wrong scheme must fail too.
+    [None, "Bearer", "Bearer wrong", "Basic abc", "sk-emu", "{key}", "Basic {key}", "Token {key}"],
+)
 async def test_v2_requires_bearer_401(
     emu: Emulator, http: aiohttp.ClientSession, authorization: str | None
 ) -> None:
     """Control plane v2 requires Authorization: Bearer: otherwise 401 Auth.Unauthorized."""
-    headers = {"Authorization": authorization} if authorization else {}
+    headers = {"Authorization": authorization.format(key=emu.api_key)} if authorization else {}
     async with http.get(f"{emu.base_url}/api/v2/products", headers=headers) as response:
         await v2_error(response, 401, "Auth.Unauthorized")
 

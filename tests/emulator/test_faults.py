@@ -189,6 +189,9 @@ async def test_delay_then_normal_answer(
         ):
             pass
     assert emu.faults.injected == {"delay": 1}
+    emu.faults.script("files.download", Fault.delay(0.01))
+    assert await fetch(http, box) == (200, CONTENT)  # waited out, the answer is the file
+    assert emu.faults.injected == {"delay": 2}
 
 
 async def _random_sequence(seed: int) -> list[tuple[int | None, str | None]]:

@@ -22,14 +22,16 @@ async def test_emulator_names_resolve_to_loopback(host: str) -> None:
 @pytest.mark.parametrize("host", ["example.com", "sandbox.test.example.com", "notsandbox.test"])
 async def test_other_names_never_resolve(host: str) -> None:
     """Any other name raises OSError: no real host is ever looked up."""
-    with pytest.raises(OSError):
+    with pytest.raises(OSError, match="emulator resolver does not resolve"):
         await EmulatorResolver().resolve(host)
 
 
 async def test_session_with_resolver_cannot_reach_outside(
     emu: Emulator, http: aiohttp.ClientSession
 ) -> None:
-    """A session using emu.resolver fails to connect to an outside name."""
-    with pytest.raises(aiohttp.ClientConnectorError):
+    """A session using emu.resolver fails to connect to an outside name, refused by the
+    resolver itself (not by a lookup or a connection that happened to fail)."""
+    with pytest.raises(aiohttp.ClientConnectorError) as caught:
         async with http.get("http://example.invalid/"):
             pass
+    assert "emulator resolver does not resolve" in str(caught.value.os_error)
