@@ -119,9 +119,16 @@ def test_create_twice_under_one_key_replays(emu: EmulatorThread) -> None:
 
 def test_create_labels_and_split_flow(emu: EmulatorThread) -> None:
     """--label and --split reach the service; a split-flow build waits."""
-    created = create(emu, "labelled", "--label", "team=ml", "--split")
+    created = create(emu, "labelled", "--label", "team=ml", "--split", "--idempotency-key", "k-l")
     assert created["status"] == "waiting" and created["replayed"] is False
     assert emu.emu.build_status(created["build_id"]) == "waiting"
+    # The label is in the body the key was first used with: another label is a mismatch.
+    relabelled = invoke(
+        emu, "templates", "create", "labelled", "--cpu", "2", "--memory-mb", "2048",
+        "--disk-mb", "4096", "--label", "team=other", "--split", "--idempotency-key", "k-l",
+    )  # fmt: skip
+    assert relabelled.exit_code == 1, relabelled.output
+    assert "IdempotencyMismatchError" in relabelled.output
 
 
 def test_create_bad_name_is_one_line_and_sends_nothing(emu: EmulatorThread) -> None:
