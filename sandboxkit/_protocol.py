@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+import zlib
+from collections.abc import Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Literal, NamedTuple
 from urllib.parse import quote
@@ -18,10 +19,13 @@ import attrs
 from .errors import APIError, Surface, ValidationDetail, error_class
 
 __all__ = [
+    "ACCEPT_ENCODING",
     "ACCEPT_RANGES",
     "ACCESS_TOKEN",
     "AUTHORIZATION",
+    "CONTENT_ENCODING",
     "CONTENT_RANGE",
+    "DECODABLE_CODINGS",
     "IDEMPOTENCY_KEY",
     "IDEMPOTENCY_REPLAYED",
     "IMAGE_NAME_FILTER",
@@ -39,6 +43,7 @@ __all__ = [
     "V1_TEMPLATES_PATH",
     "V1_VPCS_PATH",
     "ApiRequest",
+    "ContentDecoder",
     "ContentRange",
     "api_keys_path",
     "build_logs_path",
@@ -46,6 +51,7 @@ __all__ = [
     "builds_path",
     "container_path",
     "container_shell_path",
+    "content_coding",
     "data_plane_origin",
     "decode_error",
     "decode_json",
@@ -70,6 +76,8 @@ RETRY_AFTER = "Retry-After"
 RANGE = "Range"
 CONTENT_RANGE = "Content-Range"
 ACCEPT_RANGES = "Accept-Ranges"
+ACCEPT_ENCODING = "Accept-Encoding"
+CONTENT_ENCODING = "Content-Encoding"
 
 # 500 is deliberately absent: DESIGN section 5 surfaces it at once.
 RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
@@ -335,3 +343,66 @@ def parse_content_range(value: str | None) -> ContentRange | None:
     if end < start or (total is not None and end >= total):
         return None
     return ContentRange(start, end, total)
+
+
+# --- content codings (data plane) ---------------------------------------------------------
+# Every data-plane request asks for `Accept-Encoding: identity`: the body is the file's raw
+# bytes, and Range offsets count those bytes. A proxy may code the answer anyway; these are
+# the codings sandboxkit undoes (zlib is in the standard library; br and zstd are not).
+DECODABLE_CODINGS = frozenset({"gzip", "x-gzip", "deflate"})
+
+
+def content_coding(value: str | None) -> str | None:
+    """The answer's `Content-Encoding`, lower-cased; None when it is absent or `identity`."""
+    if value is None:
+        return None
+    coding = value.strip().lower()
+    return None if coding in ("", "identity") else coding
+
+
+class ContentDecoder:
+    """Undoes a gzip or deflate coding piece by piece, at most `limit` bytes out at a time.
+
+    Bounded output keeps memory flat against a coded body that expands a thousandfold. A
+    "deflate" body may be zlib-wrapped (RFC 9110) or raw (as some servers send it): the first
+    piece tells. Concatenated gzip members decode as one stream (RFC 1952).
+    """
+
+    def __init__(self, coding: str) -> None:
+        if coding not in DECODABLE_CODINGS:
+            raise ValueError(f"cannot decode the content coding {coding!r}")
+        self._gzip = coding != "deflate"
+        self._inflate = self._new(raw=False)
+        self._started = False
+
+    def _new(self, *, raw: bool) -> Any:
+        if self._gzip:
+            return zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+        return zlib.decompressobj(wbits=-zlib.MAX_WBITS if raw else zlib.MAX_WBITS)
+
+    def decode(self, data: bytes, limit: int) -> Iterator[bytes]:
+        """The decoded bytes of the next coded piece; raises ValueError on corrupt input."""
+        while data:
+            try:
+                out = self._inflate.decompress(data, limit)
+            except zlib.error as exc:
+                if self._gzip or self._started:
+                    raise ValueError(f"the coded body is corrupt: {exc}") from None
+                self._inflate = self._new(raw=True)  # a raw deflate stream, without header
+                self._started = True
+                continue
+            self._started = True
+            if out:
+                yield out
+            data = self._inflate.unconsumed_tail
+            if self._inflate.eof and not data:
+                data = self._inflate.unused_data
+                if data and not self._gzip:
+                    raise ValueError("bytes follow the end of the deflate stream")
+                if data:
+                    self._inflate = self._new(raw=False)  # the next gzip member
+
+    @property
+    def complete(self) -> bool:
+        """Whether the coded stream reached its end (else the body was cut short)."""
+        return bool(self._inflate.eof)

@@ -11,6 +11,10 @@ what to send (`begin_request`), tells it what came back (`on_response`, `on_chun
 - A size change between attempts starts over; a `Content-Range` that does not start where we
   are, or that disagrees with its own `Content-Length`, is distrusted: start over from zero.
 - Done means the body ended cleanly and, where a size is known, position == total.
+- Every request asks for the identity coding. A content-coded answer anyway (a proxy that
+  compresses) is decoded by the I/O layer: its Content-Length and any Content-Range count
+  coded bytes, so a coded 200 has no known total and is never resumed by Range, a coded 206
+  starts over, and a coding sandboxkit cannot decode fails.
 
 A stream sink can never take back bytes it yielded, so where starting over would hand the
 consumer bytes of a different file (the size changed, or the file shrank below what was
@@ -25,7 +29,7 @@ from typing import Literal
 
 import attrs
 
-from ._protocol import parse_content_range
+from ._protocol import DECODABLE_CODINGS, parse_content_range
 
 __all__ = ["Action", "Decision", "Mode", "ResponseInfo", "ResumeState"]
 
@@ -72,6 +76,7 @@ class ResponseInfo:
     content_length: int | None = None
     content_range: str | None = None
     accept_ranges: str | None = None
+    content_coding: str | None = None  # None: identity
 
 
 @attrs.define
@@ -121,6 +126,21 @@ class ResumeState:
 
     def on_response(self, info: ResponseInfo) -> Decision:
         """Judge an answer's status and headers before any of its body is read."""
+        coding = info.content_coding
+        if coding is not None and 200 <= info.status < 300:
+            if coding not in DECODABLE_CODINGS:
+                return Decision(
+                    Action.FAIL,
+                    reason=(
+                        f"the answer is content-coded with {coding!r}, which sandboxkit does "
+                        "not decode; something between here and the sandbox ignores "
+                        "`Accept-Encoding: identity`"
+                    ),
+                )
+            if info.status == 206:
+                return self._start_over("a content-coded 206 answer (its offsets are coded)")
+            # Sizes and offsets of a coded answer are not the file's: no total, no resume.
+            info = attrs.evolve(info, content_length=None, accept_ranges=None)
         if info.status == 200:
             return self._on_whole(info)
         if info.status == 206:

@@ -13,7 +13,14 @@ import functools
 import ssl as ssl_module
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterable,
+    AsyncIterator,
+    Callable,
+    Mapping,
+    Sequence,
+)
 from typing import Any, NamedTuple
 
 import aiohttp
@@ -22,11 +29,16 @@ import attrs
 
 from ._config import Limits, Timeout
 from ._protocol import (
+    ACCEPT_ENCODING,
     ACCESS_TOKEN,
     AUTHORIZATION,
+    CONTENT_ENCODING,
+    DECODABLE_CODINGS,
     REQUEST_ID,
     RETRY_AFTER,
     ApiRequest,
+    ContentDecoder,
+    content_coding,
     decode_error,
     query_string,
 )
@@ -39,6 +51,7 @@ from .errors import (
     CertificateVerificationError,
     ClientStateError,
     ResponseDecodeError,
+    SandboxKitError,
     Surface,
     TransportError,
 )
@@ -144,27 +157,35 @@ async def _read_capped(content: aiohttp.StreamReader, limit: int) -> tuple[bytes
 
 
 class StreamingResponse:
-    """An answer whose body is read incrementally; errors stay sandboxkit's."""
+    """An answer whose body is read incrementally; errors stay sandboxkit's.
+
+    A body content-coded despite `Accept-Encoding: identity` (gzip or deflate, by a proxy) is
+    handed on decoded: callers only ever see the file's bytes. `coding` says it was coded.
+    """
 
     def __init__(self, response: aiohttp.ClientResponse, operation: str) -> None:
         self._response = response
         self._operation = operation
         self.status = response.status
         self.headers: Mapping[str, str] = response.headers
+        self.coding = content_coding(response.headers.get(CONTENT_ENCODING))
 
     @property
     def content_length(self) -> int | None:
-        """The declared body length, if any."""
+        """The declared body length, if any (of the coded bytes when `coding` is set)."""
         return self._response.content_length
 
-    async def iter_chunks(self, size: int) -> AsyncIterator[bytes]:
-        """Yield the body in chunks of at most `size` bytes.
+    def iter_chunks(self, size: int) -> AsyncGenerator[bytes, None]:
+        """Yield the body in chunks of at most `size` bytes, decoded if it was coded."""
+        if self.coding is None:
+            return self._iter_raw(size)
+        return self._iter_decoded(size)
 
-        Pieces go on as the connection delivered them (up to 256 KiB each); only a larger
-        one is cut. Joining them into `size`-byte chunks (`iter_chunked`) copies every
-        byte once more into a freshly allocated buffer: on a 1 GiB download that was a
-        third more system time and ~50,000 minor page faults (benchmarks/run.py).
-        """
+    async def _iter_raw(self, size: int) -> AsyncGenerator[bytes, None]:
+        # Pieces go on as the connection delivered them (up to 256 KiB each); only a larger
+        # one is cut. Joining them into `size`-byte chunks (`iter_chunked`) copies every
+        # byte once more into a freshly allocated buffer: on a 1 GiB download that was a
+        # third more system time and ~50,000 minor page faults (benchmarks/run.py).
         content = self._response.content
         with map_errors(self._operation):
             while True:
@@ -179,11 +200,47 @@ class StreamingResponse:
                     for start in range(0, len(piece), size):
                         yield piece[start : start + size]
 
+    async def _iter_decoded(self, size: int) -> AsyncGenerator[bytes, None]:
+        # Decoded on the loop: a rare path (a proxy that ignores `identity`), not worth a
+        # thread hop per piece. Output is bounded per call, so memory stays flat.
+        decoder = self._decoder()
+        async for piece in self._iter_raw(size):
+            try:
+                for out in decoder.decode(piece, size):
+                    yield out
+            except ValueError as exc:
+                raise ResponseDecodeError(f"{self._operation}: {exc}", status=self.status) from None
+        if not decoder.complete:
+            raise APIConnectionError(
+                f"{self._operation}: the {self.coding}-coded body ended before its end",
+                operation=self._operation,
+            )
+
+    def _decoder(self) -> ContentDecoder:
+        assert self.coding is not None
+        if self.coding not in DECODABLE_CODINGS:
+            raise ResponseDecodeError(
+                f"{self._operation}: the answer is content-coded with {self.coding!r}, which "
+                "sandboxkit does not decode",
+                status=self.status,
+            )
+        return ContentDecoder(self.coding)
+
     async def read(self, limit: int = 1 << 20) -> bytes:
         """Read the whole (small) body; an error body is capped so a huge one cannot hurt."""
-        with map_errors(self._operation):
-            data, _ = await _read_capped(self._response.content, limit)
-        return data
+        if self.coding is None:
+            with map_errors(self._operation):
+                data, _ = await _read_capped(self._response.content, limit)
+            return data
+        decoded = bytearray()
+        pieces = contextlib.aclosing(self._iter_decoded(limit + 1))
+        with contextlib.suppress(SandboxKitError):  # a cut or corrupt body: keep what came
+            async with pieces as decoding:
+                async for piece in decoding:
+                    decoded += piece
+                    if len(decoded) > limit:
+                        break
+        return bytes(decoded[:limit])
 
 
 _FORM_ESCAPES = {c: f"%{c:02X}" for c in [*range(0x20), 0x22, 0x7F]}
@@ -466,7 +523,9 @@ class Transport:
             base_url=origin,
             connector=self._connector(self.limits.per_host_connections),
             # The sandbox token rides on this host's session only; it never goes elsewhere.
-            headers={"User-Agent": USER_AGENT, ACCESS_TOKEN: token},
+            # `identity`: the body is the file's raw bytes, and Range offsets count them (an
+            # answer coded anyway is decoded by StreamingResponse, never written as the file).
+            headers={"User-Agent": USER_AGENT, ACCESS_TOKEN: token, ACCEPT_ENCODING: "identity"},
             auto_decompress=False,
             trust_env=False,
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import zlib
 from datetime import UTC, datetime
 
 import pytest
@@ -13,6 +14,7 @@ from sandboxkit import _protocol as proto
 from sandboxkit import models
 from sandboxkit._convert import converter, strict_converter, structure, unstructure
 from sandboxkit._cursors import BuildCursor, LogCursor
+from sandboxkit._protocol import ContentDecoder, content_coding
 from sandboxkit._retry import (
     ConcurrencyWindow,
     RetryBudget,
@@ -414,3 +416,68 @@ def test_numbers_and_nulls_in_string_fields_are_tolerated() -> None:
     """A number where a string is due becomes its text; null stays None."""
     build = structure({"id": 7, "status": None, "product": 3}, models.Build)
     assert (build.id, build.status, build.product) == ("7", None, "3")
+
+
+# -- content codings ------------------------------------------------------------------------
+
+
+def _coded(coding: str, data: bytes) -> bytes:
+    wbits = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS, "raw": -zlib.MAX_WBITS}
+    coder = zlib.compressobj(wbits=wbits[coding])
+    return coder.compress(data) + coder.flush()
+
+
+def _decode_in_pieces(decoder: ContentDecoder, coded: bytes, piece: int, limit: int) -> bytes:
+    out = []
+    for start in range(0, len(coded), piece):
+        for decoded in decoder.decode(coded[start : start + piece], limit):
+            assert len(decoded) <= limit
+            out.append(decoded)
+    return b"".join(out)
+
+
+@pytest.mark.parametrize(
+    ("header", "coding"),
+    [(None, None), ("", None), ("identity", None), (" Identity ", None), ("GZIP", "gzip")],
+)
+def test_content_coding_is_none_for_identity(header: str | None, coding: str | None) -> None:
+    """Absent, empty and `identity` (any case) all mean the body is the raw bytes."""
+    assert content_coding(header) == coding
+
+
+@pytest.mark.parametrize(
+    ("name", "coding"), [("gzip", "gzip"), ("x-gzip", "gzip"), ("deflate", "deflate")]
+)
+@pytest.mark.parametrize("piece", [1, 7, 4096])
+def test_decoder_gives_back_the_bytes_piece_by_piece_within_the_limit(
+    name: str, coding: str, piece: int
+) -> None:
+    """Any split of the coded body decodes to the original, never more than `limit` at once."""
+    data = bytes(range(256)) * 400 + b"\0" * 100_000  # expands well past the limit
+    decoder = ContentDecoder(name)
+    assert _decode_in_pieces(decoder, _coded(coding, data), piece, limit=1000) == data
+    assert decoder.complete
+
+
+def test_decoder_takes_raw_deflate_and_concatenated_gzip_members() -> None:
+    """`deflate` without its zlib header, and two gzip members in a row, both decode."""
+    raw = ContentDecoder("deflate")
+    assert _decode_in_pieces(raw, _coded("raw", b"raw body" * 50), 13, 64) == b"raw body" * 50
+    members = ContentDecoder("gzip")
+    coded = _coded("gzip", b"first,") + _coded("gzip", b"second")
+    assert _decode_in_pieces(members, coded, 5, 4) == b"first,second"
+    assert members.complete
+
+
+def test_decoder_knows_a_stream_cut_short_and_refuses_a_corrupt_one() -> None:
+    """A truncated stream is not `complete`; corrupt bytes or bytes after a deflate end raise."""
+    coded = _coded("gzip", b"x" * 10_000)
+    cut = ContentDecoder("gzip")
+    _decode_in_pieces(cut, coded[: len(coded) // 2], 100, 1 << 20)
+    assert not cut.complete
+    with pytest.raises(ValueError, match="corrupt"):
+        list(ContentDecoder("gzip").decode(b"not gzip at all", 100))
+    with pytest.raises(ValueError, match="follow the end"):
+        list(ContentDecoder("deflate").decode(_coded("deflate", b"abc") + b"junk", 100))
+    with pytest.raises(ValueError, match="cannot decode"):
+        ContentDecoder("br")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import pytest
 
 from sandboxkit._resume import Action, Mode, ResponseInfo, ResumeState
@@ -23,6 +24,11 @@ def ok(length: int | None, ranges: str | None = "bytes") -> ResponseInfo:
 def partial(start: int, end: int, total: int | str, length: int | None = None) -> ResponseInfo:
     size = end - start + 1 if length is None else length
     return ResponseInfo(206, content_length=size, content_range=f"bytes {start}-{end}/{total}")
+
+
+def gzipped(info: ResponseInfo) -> ResponseInfo:
+    """The same answer, gzip-coded by a proxy on the way."""
+    return attrs.evolve(info, content_coding="gzip")
 
 
 S, D, R, F, E = Action.STREAM, Action.DONE, Action.RETRY, Action.FAIL, Action.ERROR
@@ -347,6 +353,75 @@ SCENARIOS: list[tuple[str, Mode, list[Step], dict[str, Any]]] = [
             ("answer", ok(10), S, True),
         ],
         {"position": 0},
+    ),
+    (
+        "a gzip-coded 200 has no known total and is never resumed by Range",
+        "file",
+        [
+            ("get", None),
+            ("answer", gzipped(ok(70)), S, False),
+            ("chunk", 100, (0, 100)),
+            ("chunk", 50, (0, 50)),  # decoded bytes: more than the coded Content-Length
+            ("get", None),
+            ("answer", gzipped(ok(70)), S, True),
+            ("chunk", 300, (0, 300)),
+            ("end", D),
+        ],
+        {"attempts": 2, "resumes": 0, "total": 300, "ranges_supported": False, "done": True},
+    ),
+    (
+        "after a coded 200 an identity 200 with Accept-Ranges: bytes brings resume back",
+        "file",
+        [
+            ("get", None),
+            ("answer", gzipped(ok(70)), S, False),
+            ("chunk", 10, (0, 10)),
+            ("get", None),
+            ("answer", ok(100), S, True),
+            ("chunk", 40, (0, 40)),
+            ("get", 40),
+        ],
+        {"ranges_supported": True, "total": 100},
+    ),
+    (
+        "a coded 206 starts over with a whole GET",
+        "file",
+        [
+            ("get", None),
+            ("answer", ok(100), S, False),
+            ("chunk", 40, (0, 40)),
+            ("get", 40),
+            ("answer", gzipped(partial(40, 99, 100)), R, False),
+            ("get", None),
+            ("answer", ok(100), S, True),
+        ],
+        {"position": 0, "resumes": 1},
+    ),
+    (
+        "a stream skips what it yielded when a coded 200 restarts it",
+        "stream",
+        [
+            ("get", None),
+            ("answer", ok(100), S, False),
+            ("chunk", 40, (0, 40)),
+            ("get", 40),
+            ("answer", gzipped(ok(30)), S, False),
+            ("chunk", 100, (40, 100)),
+            ("end", D),
+        ],
+        {"high_water": 100, "done": True},
+    ),
+    (
+        "a coding sandboxkit cannot decode fails, whatever the status's success",
+        "file",
+        [("get", None), ("answer", attrs.evolve(ok(10), content_coding="br"), F, False)],
+        {},
+    ),
+    (
+        "a coded error answer is still the caller's error",
+        "file",
+        [("get", None), ("answer", ResponseInfo(404, content_coding="br"), E, False)],
+        {},
     ),
     (
         "an unexpected 2xx fails",

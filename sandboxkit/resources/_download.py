@@ -190,6 +190,7 @@ async def fetch(
                     response.content_length,
                     response.headers.get(CONTENT_RANGE),
                     response.headers.get(ACCEPT_RANGES),
+                    response.coding,
                 )
             )
             if decision.action is Action.ERROR:
