@@ -25,6 +25,7 @@ from .errors import (
     APIConnectionError,
     APIError,
     APITimeoutError,
+    RemoteProtocolError,
     ResponseDecodeError,
     SandboxKitError,
 )
@@ -127,6 +128,7 @@ class Calls:
         spent = 0
         counted = 0
         retries = 0
+        malformed_before = False
         while True:
             counted += 1
             try:
@@ -136,7 +138,8 @@ class Calls:
                     # A try that moved a transfer forward is not a failed attempt.
                     counted -= 1
                 # Backoff grows with the failures that count, so progress also resets it.
-                delay = self._next_delay(error, idempotent, policy, counted, max(counted, 1))
+                delay = self._next_delay(error, idempotent, policy, counted, malformed_before)
+                malformed_before = malformed_before or isinstance(error, RemoteProtocolError)
                 if delay is None:
                     raise
                 if deadline is not None and self.clock() + delay >= deadline:
@@ -170,12 +173,16 @@ class Calls:
         idempotent: bool,
         policy: RetryPolicy,
         counted: int,
-        retry_number: int,
+        malformed_before: bool,
     ) -> float | None:
-        if not idempotent or not is_retryable(error, policy) or counted >= policy.max_attempts:
+        if (
+            not idempotent
+            or not is_retryable(error, policy, malformed_before=malformed_before)
+            or counted >= policy.max_attempts
+        ):
             return None
         retry_after = error.retry_after if isinstance(error, APIError) else None
-        return retry_delay(policy, retry_number, retry_after, self.rand)
+        return retry_delay(policy, max(counted, 1), retry_after, self.rand)
 
     async def send(
         self,

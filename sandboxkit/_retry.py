@@ -20,8 +20,10 @@ from .errors import (
     APIConnectionError,
     APIError,
     APITimeoutError,
-    CertificateVerificationError,
+    HostNotFoundError,
+    RemoteProtocolError,
     SandboxKitError,
+    TLSHandshakeError,
 )
 
 __all__ = [
@@ -72,14 +74,23 @@ class RetryPolicy:
         )
 
 
-def is_retryable(error: SandboxKitError, policy: RetryPolicy) -> bool:
-    """Whether `error` may be retried at all (the operation must be idempotent too)."""
+def is_retryable(
+    error: SandboxKitError, policy: RetryPolicy, *, malformed_before: bool = False
+) -> bool:
+    """Whether `error` may be retried at all (the operation must be idempotent too).
+
+    `malformed_before`: an earlier try of this call already got an answer that was not valid
+    HTTP. The first such answer is retried once, on a fresh connection: a reused keep-alive
+    connection can hold stray bytes of a previous answer. A second one is the server's own.
+    """
     if isinstance(error, APIError):
         if error.status in RETRYABLE_STATUSES:
             return True
         return policy.retry_server_errors and error.status == 500
-    if isinstance(error, CertificateVerificationError):
-        return False  # an untrusted certificate stays untrusted
+    if isinstance(error, RemoteProtocolError):
+        return not malformed_before
+    if isinstance(error, HostNotFoundError | TLSHandshakeError):
+        return False  # an unknown name, a plain port, an untrusted certificate: they stay so
     return isinstance(error, APIConnectionError | APITimeoutError)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import socket
 import ssl as ssl_module
 import time
 from collections import OrderedDict
@@ -17,11 +18,12 @@ from collections.abc import (
     AsyncGenerator,
     AsyncIterable,
     AsyncIterator,
+    Awaitable,
     Callable,
     Mapping,
     Sequence,
 )
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import aiohttp
 import anyio
@@ -50,9 +52,12 @@ from .errors import (
     APITimeoutError,
     CertificateVerificationError,
     ClientStateError,
+    HostNotFoundError,
+    RemoteProtocolError,
     ResponseDecodeError,
     SandboxKitError,
     Surface,
+    TLSHandshakeError,
     TransportError,
 )
 
@@ -66,6 +71,7 @@ __all__ = [
     "multipart_file",
 ]
 
+T = TypeVar("T")
 USER_AGENT = f"sandboxkit/{__version__} aiohttp/{aiohttp.__version__}"
 SSLOption = ssl_module.SSLContext | bool
 # A control-plane answer is JSON of a few KiB; past this size it is not one the interface
@@ -73,28 +79,44 @@ SSLOption = ssl_module.SSLContext | bool
 CONTROL_BODY_LIMIT = 32 << 20
 
 
-class map_errors:
-    """Translate aiohttp and socket failures into sandboxkit exceptions.
+async def _mapped(awaitable: Awaitable[T], operation: str) -> T:
+    """Await one aiohttp call; a failure becomes sandboxkit's exception.
 
-    A class rather than a generator context manager: it wraps every request, and entering a
-    generator costs several times more.
+    Raised outside the `except` block on purpose: aiohttp's exception must not stay reachable
+    as `__cause__` or `__context__`, because it holds the request's headers (the API key or
+    the sandbox token) and its repr prints them, into error trackers and logged tracebacks.
     """
+    try:
+        return await awaitable
+    except Exception as exc:
+        error = _translate(exc, operation)
+        if error is None:
+            raise
+    raise error
 
-    __slots__ = ("_operation",)
 
-    def __init__(self, operation: str) -> None:
-        self._operation = operation
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
-        if isinstance(exc, Exception) and (translated := _translate(exc, self._operation)):
-            raise translated from exc
+# getaddrinfo's "try again": the one resolver failure that a retry may fix.
+_TEMPORARY_DNS_ERRORS = frozenset({socket.EAI_AGAIN})
+# OpenSSL's reasons for a handshake that cannot succeed with this peer whatever the retry:
+# mostly TLS spoken to a plain-HTTP port, or no protocol version in common.
+_TLS_MISMATCH_REASONS = frozenset(
+    {
+        "WRONG_VERSION_NUMBER",
+        "PACKET_LENGTH_TOO_LONG",
+        "UNSUPPORTED_PROTOCOL",
+        "NO_PROTOCOLS_AVAILABLE",
+        "TLSV1_ALERT_PROTOCOL_VERSION",
+        "SSLV3_ALERT_HANDSHAKE_FAILURE",
+    }
+)
 
 
 def _translate(exc: Exception, operation: str) -> TransportError | None:
-    """The sandboxkit error for an aiohttp or socket failure; None for anything else."""
+    """The sandboxkit error for an aiohttp or socket failure; None for anything else.
+
+    Messages are built from parts known to hold no secret (host, port, OS reason); never from
+    the aiohttp exception's own text, which may carry the URL with its query.
+    """
     if isinstance(exc, TransportError):
         return None  # already ours
     if isinstance(exc, TimeoutError | aiohttp.ServerTimeoutError):
@@ -103,6 +125,24 @@ def _translate(exc: Exception, operation: str) -> TransportError | None:
         return CertificateVerificationError(
             f"{operation}: TLS certificate verification failed for {exc.host}: pass ssl= a "
             "context that trusts the server's CA",
+            operation=operation,
+        )
+    if isinstance(exc, aiohttp.ClientConnectorDNSError) and (
+        getattr(exc.os_error, "errno", None) not in _TEMPORARY_DNS_ERRORS
+    ):
+        return HostNotFoundError(
+            f"{operation}: the host name {exc.host!r} does not resolve "
+            f"({exc.strerror or 'no such name'}): check base_url, the sandbox's domain, or "
+            "the resolver= option",
+            operation=operation,
+        )
+    if isinstance(exc, aiohttp.ClientConnectorSSLError) and (
+        getattr(exc.os_error, "reason", None) in _TLS_MISMATCH_REASONS
+    ):
+        return TLSHandshakeError(
+            f"{operation}: no TLS handshake with {exc.host}:{exc.port} "
+            f"({getattr(exc.os_error, 'reason', '')}): the port may speak plain HTTP; check "
+            "the scheme of base_url or data_plane_scheme",
             operation=operation,
         )
     if isinstance(exc, aiohttp.ClientConnectorError):
@@ -115,6 +155,15 @@ def _translate(exc: Exception, operation: str) -> TransportError | None:
     if isinstance(exc, aiohttp.ClientPayloadError):
         return APIConnectionError(
             f"{operation}: the answer's body was cut short or malformed", operation=operation
+        )
+    if isinstance(exc, aiohttp.ClientResponseError):
+        # sandboxkit never calls raise_for_status and never follows redirects: this is the
+        # response parser refusing the answer's head. The server will answer the same again.
+        reason = exc.message.split(":", 1)[0].strip()[:100]
+        return RemoteProtocolError(
+            f"{operation}: the answer from {exc.request_info.url.host} is not valid HTTP "
+            f"({reason or exc.status}): check that the URL's scheme and port reach the service",
+            operation=operation,
         )
     if isinstance(exc, aiohttp.ClientError | OSError):
         return APIConnectionError(f"{operation}: {type(exc).__name__}: {exc}", operation=operation)
@@ -187,18 +236,24 @@ class StreamingResponse:
         # byte once more into a freshly allocated buffer: on a 1 GiB download that was a
         # third more system time and ~50,000 minor page faults (benchmarks/run.py).
         content = self._response.content
-        with map_errors(self._operation):
-            while True:
+        while True:
+            try:  # inline rather than _mapped(): this runs once per piece of every download
                 piece, end_of_http_chunk = await content.readchunk()
-                if not piece:
-                    if end_of_http_chunk:
-                        continue  # a chunked-encoding boundary, not the end of the body
-                    return
-                if len(piece) <= size:
-                    yield piece
-                else:
-                    for start in range(0, len(piece), size):
-                        yield piece[start : start + size]
+            except Exception as exc:
+                error = _translate(exc, self._operation)
+                if error is None:
+                    raise
+                break
+            if not piece:
+                if end_of_http_chunk:
+                    continue  # a chunked-encoding boundary, not the end of the body
+                return
+            if len(piece) <= size:
+                yield piece
+            else:
+                for start in range(0, len(piece), size):
+                    yield piece[start : start + size]
+        raise error  # outside the except block: see _mapped
 
     async def _iter_decoded(self, size: int) -> AsyncGenerator[bytes, None]:
         # Decoded on the loop: a rare path (a proxy that ignores `identity`), not worth a
@@ -229,8 +284,7 @@ class StreamingResponse:
     async def read(self, limit: int = 1 << 20) -> bytes:
         """Read the whole (small) body; an error body is capped so a huge one cannot hurt."""
         if self.coding is None:
-            with map_errors(self._operation):
-                data, _ = await _read_capped(self._response.content, limit)
+            data, _ = await _mapped(_read_capped(self._response.content, limit), self._operation)
             return data
         decoded = bytearray()
         pieces = contextlib.aclosing(self._iter_decoded(limit + 1))
@@ -453,6 +507,19 @@ class HostPools:
             await pool.session.close()
 
 
+def _uncounted_resends_off(session: aiohttp.ClientSession) -> aiohttp.ClientSession:
+    """Stop aiohttp from re-sending an idempotent request on its own.
+
+    When a pooled keep-alive connection dies before the answer's head, aiohttp (>= 3.11)
+    sends the request once more by itself: a request missing from `attempts`, the retry log
+    and the retry budget. With this off, that failure reaches the one retry loop like any
+    other and is counted there. aiohttp offers no public switch; the attribute is in its
+    declared set, and tests/test_accounting.py fails if it stops having this effect.
+    """
+    session._retry_connection = False
+    return session
+
+
 class Transport:
     """Sessions, created lazily inside the running loop and bound to it."""
 
@@ -508,18 +575,20 @@ class Transport:
     def _control_session(self) -> aiohttp.ClientSession:
         self.check_loop()
         if self._control is None:
-            self._control = aiohttp.ClientSession(
-                connector=self._connector(self.limits.control_plane_connections),
-                headers={"User-Agent": USER_AGENT},
-                # Responses are JSON we decode ourselves; nothing is ever auto-redirected.
-                auto_decompress=True,
-                trust_env=False,
+            self._control = _uncounted_resends_off(
+                aiohttp.ClientSession(
+                    connector=self._connector(self.limits.control_plane_connections),
+                    headers={"User-Agent": USER_AGENT},
+                    # Responses are JSON we decode ourselves; nothing is ever auto-redirected.
+                    auto_decompress=True,
+                    trust_env=False,
+                )
             )
         return self._control
 
     def _make_host_session(self, origin: str, token: str) -> aiohttp.ClientSession:
         self.check_loop()
-        return aiohttp.ClientSession(
+        session = aiohttp.ClientSession(
             base_url=origin,
             connector=self._connector(self.limits.per_host_connections),
             # The sandbox token rides on this host's session only; it never goes elsewhere.
@@ -529,14 +598,15 @@ class Transport:
             auto_decompress=False,
             trust_env=False,
         )
+        return _uncounted_resends_off(session)
 
     async def send(self, request: ApiRequest, timeout: Timeout) -> BufferedResponse:
         """Send one control-plane request and read its whole answer."""
-        # Calls.run checked the client's state and loop for this operation already.
+        # Calls.run checked the loop for this operation already; a retry may find the client
+        # closed since (its pooled connection was closed under it).
+        if self._closed:
+            raise ClientStateError("this sandboxkit.Client was closed during the call")
         session = self._control or self._control_session()
-        headers = dict(request.headers)
-        if request.authenticated:
-            headers[AUTHORIZATION] = self._authorization
         # The query is written here rather than passed as `params=`: yarl's merging of params
         # into a URL cost more than the rest of this method together (measured: ~30k
         # instructions a call of ~800k).
@@ -548,7 +618,9 @@ class Transport:
                 request.method,
                 url,
                 json=request.json,
-                headers=headers,
+                # Built inline, never a local of this frame: tracebacks with locals (Sentry)
+                # must not find the API key here.
+                headers=self._headers(request),
                 timeout=_client_timeout(timeout),
                 allow_redirects=False,
             ) as response:
@@ -572,10 +644,17 @@ class Transport:
                     )
                 # An error body past the limit is cut: its status still gives its class.
                 return BufferedResponse(response.status, response.headers, body)
-        except Exception as exc:  # map_errors, without a context manager on every call
-            if (translated := _translate(exc, request.operation)) is None:
+        except Exception as exc:  # _mapped, inlined: one coroutine less on every call
+            error = _translate(exc, request.operation)
+            if error is None:
                 raise
-            raise translated from exc
+        raise error  # outside the except block: see _mapped
+
+    def _headers(self, request: ApiRequest) -> dict[str, str]:
+        headers = dict(request.headers)
+        if request.authenticated:
+            headers[AUTHORIZATION] = self._authorization
+        return headers
 
     @contextlib.asynccontextmanager
     async def open_stream(
@@ -596,15 +675,17 @@ class Transport:
         body (a disk write that fails, say) keeps its own exception.
         """
         self.check_loop()
-        with map_errors(operation):
-            response = await pool.session.request(
+        response = await _mapped(
+            pool.session.request(
                 method,
                 f"{path}?{query_string(params)}" if params else path,  # as in send()
                 headers=headers,
                 data=data,
                 timeout=_client_timeout(timeout),
                 allow_redirects=False,
-            )
+            ),
+            operation,
+        )
         self._refuse_if_closed(response)
         self._reading.add(response)
         try:

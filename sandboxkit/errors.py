@@ -7,7 +7,10 @@ The tree::
     ├── ClientStateError (also RuntimeError)   closed client, wrong event loop
     ├── TransportError                          no usable HTTP answer
     │   ├── APIConnectionError                  connect failed, connection cut, bad framing
-    │   │   └── CertificateVerificationError    the server's certificate is not trusted
+    │   │   ├── HostNotFoundError               the host name does not resolve       (*)
+    │   │   └── TLSHandshakeError               TLS cannot be set up (a plain port)  (*)
+    │   │       └── CertificateVerificationError   the certificate is not trusted    (*)
+    │   ├── RemoteProtocolError                 the answer's head is not valid HTTP   (*)
     │   ├── APITimeoutError                     connect/read timeout or the call's deadline
     │   └── RedirectNotFollowedError            (data plane) a 3xx: the token goes nowhere else
     ├── ResponseDecodeError                     a 2xx whose body is not what the interface shows
@@ -32,7 +35,10 @@ The tree::
             ├── ServiceUnavailableError     503
             └── GatewayTimeoutError         504
 
-None of them holds an aiohttp object, and no message ever carries a token.
+(*) no retry can fix these, so none is made: they surface at once.
+
+None of them holds an aiohttp object (not even as `__cause__` or `__context__`: aiohttp's
+exceptions carry the request's headers, token included), and no message carries a token.
 """
 
 from __future__ import annotations
@@ -54,6 +60,7 @@ __all__ = [
     "ClientStateError",
     "ConflictError",
     "GatewayTimeoutError",
+    "HostNotFoundError",
     "IdempotencyKeyConsumedError",
     "IdempotencyMismatchError",
     "InternalServerError",
@@ -65,10 +72,12 @@ __all__ = [
     "RangeNotSatisfiableError",
     "RateLimitError",
     "RedirectNotFollowedError",
+    "RemoteProtocolError",
     "ResponseDecodeError",
     "SandboxKitError",
     "ServiceUnavailableError",
     "Surface",
+    "TLSHandshakeError",
     "TransportError",
     "UnprocessableEntityError",
     "UnsupportedMediaTypeError",
@@ -108,8 +117,25 @@ class APIConnectionError(TransportError):
     """The connection could not be made, or broke before the answer was complete."""
 
 
-class CertificateVerificationError(APIConnectionError):
+class HostNotFoundError(APIConnectionError):
+    """The host name does not resolve (the resolver says no such name); never retried.
+
+    A temporary resolver failure (`EAI_AGAIN`) is a plain, retried `APIConnectionError`.
+    """
+
+
+class TLSHandshakeError(APIConnectionError):
+    """TLS could not be set up with the server, as when TLS is spoken to a plain-HTTP port;
+    retrying cannot help, so it never is."""
+
+
+class CertificateVerificationError(TLSHandshakeError):
     """The server's TLS certificate is not trusted; retrying cannot help, so it never is."""
+
+
+class RemoteProtocolError(TransportError):
+    """The server's answer is not valid HTTP (a bad status line, a header over 8 KiB): the
+    same server gives the same answer, so it is never retried."""
 
 
 class APITimeoutError(TransportError):

@@ -201,11 +201,23 @@ def test_retry_after_wins_up_to_the_cap() -> None:
         (APIConnectionError("x"), True),
         (APITimeoutError("x"), True),
         (ValidationError("x"), False),
+        (sandboxkit.HostNotFoundError("x"), False),
+        (sandboxkit.TLSHandshakeError("x"), False),
+        (sandboxkit.CertificateVerificationError("x"), False),
+        (sandboxkit.RemoteProtocolError("x"), True),  # once: see the next test
     ],
 )
 def test_is_retryable(error: sandboxkit.SandboxKitError, retryable: bool) -> None:
-    """Only 429/502/503/504 and connection failures are retryable by default."""
+    """Only 429/502/503/504 and connection failures are retryable by default; an unknown
+    name, a failed TLS handshake and an untrusted certificate never are."""
     assert is_retryable(error, RetryPolicy()) is retryable
+
+
+def test_a_malformed_answer_is_retried_only_once() -> None:
+    """After one answer that was not valid HTTP, another is the server's: not retried."""
+    error = sandboxkit.RemoteProtocolError("x")
+    assert is_retryable(error, RetryPolicy(), malformed_before=True) is False
+    assert is_retryable(APIConnectionError("x"), RetryPolicy(), malformed_before=True)
 
 
 def test_budget_spends_and_refunds() -> None:

@@ -46,3 +46,39 @@ def test_emulator_example_passes_as_a_users_test(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "1 passed" in done.stdout
+
+
+QUICK_START_DRIVER = """
+import asyncio, os
+from sandboxkit.emulator import Emulator
+
+async def main() -> None:
+    async with Emulator(build_seconds=0.2) as emu:
+        os.environ["SANDBOXKIT_API_KEY"] = emu.api_key
+        os.environ["SANDBOXKIT_BASE_URL"] = emu.base_url
+        namespace: dict = {}
+        exec(compile(QUICK_START, "README.md", "exec"), namespace)
+        await namespace["make_template"]()
+
+asyncio.run(main())
+print("quick start done")
+"""
+
+
+def test_quick_start_runs_clean_under_dev_mode_and_warnings_as_errors(tmp_path: Path) -> None:
+    """The README's first example, run against the emulator by `python -X dev -W error`,
+    exits 0 with nothing on stderr: no warning, no unclosed resource, no ignored error."""
+    [quick_start] = [b for b in python_blocks() if "async def make_template" in b]
+    script = tmp_path / "quick_start.py"
+    script.write_text(f"QUICK_START = {quick_start!r}\n{QUICK_START_DRIVER}")
+    done = subprocess.run(
+        [sys.executable, "-X", "dev", "-W", "error", str(script)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout.endswith("quick start done\n")
+    assert "ready" in done.stdout or "info" in done.stdout  # the logs and builds were printed
