@@ -2,16 +2,45 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import attrs
 
-__all__ = ["Limits", "Timeout"]
+from .errors import ValidationError
+
+__all__ = ["Limits", "Timeout", "at_least", "seconds"]
+
+Validator = Callable[[object, "attrs.Attribute[Any]", object], None]
 
 
-def _positive_or_none(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if value is not None and (not isinstance(value, int | float) or value <= 0):
-        raise ValueError(f"{attribute.name} must be a positive number of seconds or None")
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def at_least(minimum: int) -> Validator:
+    """An attrs validator: an integer no smaller than `minimum`, else ValidationError."""
+
+    def check(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            raise ValidationError(f"{attribute.name}={value!r}: must be an integer >= {minimum}")
+
+    return check
+
+
+def seconds(*, zero: bool = False, none: bool = False) -> Validator:
+    """An attrs validator: a positive number of seconds (0 too with `zero`, None with `none`),
+    else ValidationError."""
+    rule = "a number of seconds >= 0" if zero else "a positive number of seconds"
+    rule += " or None" if none else ""
+
+    def check(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        if value is None and none:
+            return
+        if not _is_number(value) or not (value >= 0 if zero else value > 0):  # type: ignore[operator]
+            raise ValidationError(f"{attribute.name}={value!r}: must be {rule}")
+
+    return check
 
 
 @attrs.frozen(cache_hash=True)  # hashed on every request (the aiohttp timeout cache)
@@ -24,9 +53,9 @@ class Timeout:
         total: the whole call, retries and their waits included (None: no overall limit).
     """
 
-    connect: float | None = attrs.field(default=10.0, validator=_positive_or_none)
-    read: float | None = attrs.field(default=60.0, validator=_positive_or_none)
-    total: float | None = attrs.field(default=None, validator=_positive_or_none)
+    connect: float | None = attrs.field(default=10.0, validator=seconds(none=True))
+    read: float | None = attrs.field(default=60.0, validator=seconds(none=True))
+    total: float | None = attrs.field(default=None, validator=seconds(none=True))
 
 
 @attrs.frozen
@@ -43,7 +72,7 @@ class Limits:
         host_idle_seconds: a sandbox host pool unused this long is closed.
     """
 
-    control_plane_connections: int = attrs.field(default=100, validator=attrs.validators.ge(1))
-    per_host_connections: int = attrs.field(default=8, validator=attrs.validators.ge(1))
-    max_sandbox_hosts: int = attrs.field(default=256, validator=attrs.validators.ge(1))
-    host_idle_seconds: float = attrs.field(default=60.0, validator=attrs.validators.gt(0))
+    control_plane_connections: int = attrs.field(default=100, validator=at_least(1))
+    per_host_connections: int = attrs.field(default=8, validator=at_least(1))
+    max_sandbox_hosts: int = attrs.field(default=256, validator=at_least(1))
+    host_idle_seconds: float = attrs.field(default=60.0, validator=seconds())

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 
 import attrs
 
+from ._config import at_least, seconds
 from ._protocol import RETRYABLE_STATUSES
 from .errors import (
     APIConnectionError,
@@ -51,10 +52,10 @@ class RetryPolicy:
         honor_retry_after: wait what `Retry-After` says (off only in `no_delay`, for tests).
     """
 
-    max_attempts: int = attrs.field(default=5, validator=attrs.validators.ge(1))
-    initial_backoff: float = attrs.field(default=0.5, validator=attrs.validators.ge(0))
-    max_backoff: float = attrs.field(default=20.0, validator=attrs.validators.ge(0))
-    max_retry_after: float = attrs.field(default=60.0, validator=attrs.validators.ge(0))
+    max_attempts: int = attrs.field(default=5, validator=at_least(1))
+    initial_backoff: float = attrs.field(default=0.5, validator=seconds(zero=True))
+    max_backoff: float = attrs.field(default=20.0, validator=seconds(zero=True))
+    max_retry_after: float = attrs.field(default=60.0, validator=seconds(zero=True))
     retry_server_errors: bool = False
     honor_retry_after: bool = True
 

@@ -11,12 +11,12 @@ The tree::
     │   │   └── TLSHandshakeError               TLS cannot be set up (a plain port)  (*)
     │   │       └── CertificateVerificationError   the certificate is not trusted    (*)
     │   ├── RemoteProtocolError                 the answer's head is not valid HTTP   (*)
-    │   ├── APITimeoutError                     connect/read timeout or the call's deadline
-    │   └── RedirectNotFollowedError            (data plane) a 3xx: the token goes nowhere else
+    │   └── APITimeoutError                     connect/read timeout or the call's deadline
     ├── ResponseDecodeError                     a 2xx whose body is not what the interface shows
     ├── PaginationError                         a server cursor that would loop forever
     ├── BuildFailedError                        a followed Build ended with `failure`
     └── APIError                                an error status from the service
+        ├── RedirectNotFollowedError        3xx: never followed, so no token goes elsewhere
         ├── BadRequestError                 400
         │   └── IdempotencyMismatchError        v2 Sandbox.IdempotentParameterMismatch
         ├── AuthenticationError             401
@@ -142,10 +142,6 @@ class APITimeoutError(TransportError):
     """A connect or read timeout, or the call's overall deadline, ran out."""
 
 
-class RedirectNotFollowedError(TransportError):
-    """The data plane answered a redirect; it is never followed so the token stays home."""
-
-
 class ResponseDecodeError(SandboxKitError):
     """A success status whose body does not have the shape the interface shows."""
 
@@ -246,6 +242,11 @@ class APIError(SandboxKitError):
             f"{type(self).__name__}(status={self.status}, code={self.code!r}, "
             f"surface={self.surface!r}, request_id={self.request_id!r}, message={self.message!r})"
         )
+
+
+class RedirectNotFollowedError(APIError):
+    """A 3xx answer, on either plane. Redirects are never followed: a token only ever goes
+    to the host it belongs to. `status` is the 3xx; `Location` is not looked at."""
 
 
 class BadRequestError(APIError):
@@ -366,4 +367,6 @@ def error_class(status: int, code: str | int | None = None) -> type[APIError]:
         return STATUS_ERRORS[status]
     if status >= 500:
         return InternalServerError
+    if 300 <= status < 400:
+        return RedirectNotFollowedError
     return APIError

@@ -224,7 +224,8 @@ async def test_unknown_size_is_sent_chunked(
 async def test_redirect_is_not_followed(
     scripted: tuple[sandboxkit.Sandbox, ScriptServer], operation: str, tmp_path: Path
 ) -> None:
-    """A 3xx raises plain APIError(status, surface "data"); the token goes to no other host."""
+    """A 3xx raises RedirectNotFollowedError(status, surface "data"); the token goes to no
+    other host."""
     sbx, server = scripted
     location = server.url.replace("127.0.0.1", "evil.sandbox.test") + "/steal"
 
@@ -238,7 +239,7 @@ async def test_redirect_is_not_followed(
             await sbx.files.download("/f.bin", tmp_path / "f.bin")
         else:
             await sbx.files.upload("/f.bin", b"x")
-    assert type(caught.value) is sandboxkit.APIError
+    assert type(caught.value) is sandboxkit.RedirectNotFollowedError
     assert (caught.value.status, caught.value.surface) == (307, "data")
     assert TOKEN not in str(caught.value)
     assert [s.path for s in server.seen] == ["/files"]

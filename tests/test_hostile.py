@@ -489,8 +489,8 @@ async def _drain(items: Any) -> list[Any]:
 async def test_redirects_are_never_followed(
     server: ScriptServer, other: ScriptServer, operation: str, status: int
 ) -> None:
-    """A 3xx to another host, scheme or path is an APIError with its status; the other host
-    receives nothing, so no token reaches it."""
+    """A 3xx to another host, scheme or path is a RedirectNotFollowedError (an APIError) with
+    its status; the other host receives nothing, so no token reaches it."""
     method, path, run = OPERATIONS[operation]
     port = server.url.rsplit(":", 1)[1]
     for location in _locations(other):
@@ -498,6 +498,7 @@ async def test_redirects_are_never_followed(
         async with _client(server.url) as c:
             with anyio.fail_after(LIMIT), pytest.raises(sandboxkit.APIError) as caught:
                 await run(c, port)
+            assert type(caught.value) is sandboxkit.RedirectNotFollowedError
             assert caught.value.status == status
             await close_and_check(c, [int(port)])
     assert other.seen == []

@@ -97,7 +97,8 @@ NOW = datetime(2026, 11, 23, 12, 0, 0, tzinfo=UTC).timestamp()
         (415, {"message": "m"}, "data", sandboxkit.UnsupportedMediaTypeError, None, None),
         (403, {"message": "m"}, "data", sandboxkit.PermissionDeniedError, None, None),
         (504, {"message": "m"}, "data", sandboxkit.GatewayTimeoutError, None, None),
-        (302, {}, "data", sandboxkit.APIError, None, None),
+        (302, {}, "data", sandboxkit.RedirectNotFollowedError, None, None),
+        (301, {"code": "X.Y"}, "v2", sandboxkit.RedirectNotFollowedError, "X.Y", None),
     ],
 )
 def test_decode_error_table(

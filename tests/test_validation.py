@@ -172,3 +172,34 @@ def test_username_rule(username: Any) -> None:
     """A username is a non-empty single line of valid Unicode."""
     with pytest.raises(sandboxkit.ValidationError):
         check.check_username(username)
+
+
+BAD_OPTIONS: dict[str, Callable[[], object]] = {
+    "timeout connect 0": lambda: sandboxkit.Timeout(connect=0),
+    "timeout read negative": lambda: sandboxkit.Timeout(read=-1.0),
+    "timeout total nan": lambda: sandboxkit.Timeout(total=float("nan")),
+    "timeout total text": lambda: sandboxkit.Timeout(total="5"),  # type: ignore[arg-type]
+    "timeout read bool": lambda: sandboxkit.Timeout(read=True),
+    "limits per host 0": lambda: sandboxkit.Limits(per_host_connections=0),
+    "limits hosts float": lambda: sandboxkit.Limits(max_sandbox_hosts=2.5),  # type: ignore[arg-type]
+    "limits control bool": lambda: sandboxkit.Limits(control_plane_connections=True),
+    "limits idle 0": lambda: sandboxkit.Limits(host_idle_seconds=0),
+    "retry attempts 0": lambda: sandboxkit.RetryPolicy(max_attempts=0),
+    "retry backoff negative": lambda: sandboxkit.RetryPolicy(initial_backoff=-0.1),
+    "retry max backoff none": lambda: sandboxkit.RetryPolicy(max_backoff=None),  # type: ignore[arg-type]
+    "retry after negative": lambda: sandboxkit.RetryPolicy(max_retry_after=-1),
+}
+
+
+@pytest.mark.parametrize("make", BAD_OPTIONS.values(), ids=BAD_OPTIONS.keys())
+def test_option_values_refuse_bad_input_with_validation_error(make: Callable[[], object]) -> None:
+    """Timeout, Limits and RetryPolicy raise sandboxkit's ValidationError naming the field."""
+    with pytest.raises(sandboxkit.ValidationError, match=r"^\w+=.*: must be "):
+        make()
+
+
+def test_option_edges_are_accepted() -> None:
+    """Zero backoff, None timeouts and a one-attempt policy are valid values."""
+    assert sandboxkit.RetryPolicy(max_attempts=1, initial_backoff=0, max_backoff=0).max_attempts
+    assert sandboxkit.Timeout(connect=None, read=None, total=0.5).total == 0.5
+    assert sandboxkit.Limits(per_host_connections=1, host_idle_seconds=0.1).per_host_connections

@@ -11,7 +11,7 @@ from .._calls import Calls
 from .._config import Timeout
 from .._transport import HostPool, StreamingResponse, error_from
 from .._validation import check_remote_path
-from ..errors import APIError, ValidationError
+from ..errors import APIError, RedirectNotFollowedError, ValidationError
 
 __all__ = [
     "ERROR_BODY_LIMIT",
@@ -67,12 +67,12 @@ async def status_error(response: StreamingResponse, operation: str, pool: HostPo
     """The APIError for a data-plane answer that is neither success nor handled.
 
     A 429 halves this host's concurrency window (other hosts are untouched). A 3xx is never
-    followed (the host's session alone carries the token): it becomes a plain `APIError` with
-    its status, without reading the body or looking at `Location`.
+    followed (the host's session alone carries the token): it becomes a
+    `RedirectNotFollowedError` with its status, without reading the body or `Location`.
     """
     status = response.status
     if 300 <= status < 400:
-        return APIError(
+        return RedirectNotFollowedError(
             f"{operation}: the data plane answered {status} (a redirect); it is not followed, "
             "so the sandbox access token goes to no other host",
             status=status,

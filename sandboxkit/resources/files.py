@@ -89,7 +89,7 @@ class Files:
         Raises:
             ValidationError: a bad remote path, a directory as `dest`, a missing directory.
             APIError: its status subclass (`NotFoundError`, ...) when the service refuses; a
-                plain `APIError` for a redirect, which is never followed.
+                `RedirectNotFollowedError` (an `APIError`) for a redirect, never followed.
             TransportError: the connection failed and retries ran out.
             ResponseDecodeError: the service's answers contradict each other in a way that
                 no retry can fix.
