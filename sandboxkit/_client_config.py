@@ -18,7 +18,7 @@ from typing import Any
 
 import attrs
 
-from ._config import Limits, Timeout
+from ._config import API_KEY_ENV, BASE_URL_ENV, Limits, Timeout
 from ._retry import RetryPolicy
 from .errors import ValidationError
 
@@ -121,9 +121,6 @@ class ClientConfig:
             options: any other field; an explicit `api_key` or `base_url` wins over the
                 environment.
         """
-        # Imported here: client.py imports this module, and the names live there once.
-        from .client import API_KEY_ENV, BASE_URL_ENV
-
         options.setdefault("api_key", os.environ.get(API_KEY_ENV))
         options.setdefault("base_url", os.environ.get(BASE_URL_ENV))
         return cls(**options)

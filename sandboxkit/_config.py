@@ -2,14 +2,52 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import attrs
 
 from .errors import ValidationError
 
-__all__ = ["Limits", "Timeout", "at_least", "seconds"]
+__all__ = [
+    "API_KEY_ENV",
+    "BASE_URL_ENV",
+    "Limits",
+    "Timeout",
+    "at_least",
+    "resolve_api_key",
+    "resolve_base_url",
+    "seconds",
+]
+
+API_KEY_ENV = "SANDBOXKIT_API_KEY"
+BASE_URL_ENV = "SANDBOXKIT_BASE_URL"
+
+
+def resolve_api_key(api_key: str | None) -> str:
+    """The API key given, else `$SANDBOXKIT_API_KEY`; ValidationError if neither is usable."""
+    value = api_key if api_key is not None else os.environ.get(API_KEY_ENV)
+    if not value or not value.strip():
+        raise ValidationError(f"no API key: pass api_key= or set {API_KEY_ENV}")
+    if any(ch in value for ch in "\r\n\x00"):
+        raise ValidationError("api_key must not contain line breaks or NUL")
+    return value.strip()
+
+
+def resolve_base_url(base_url: str | None) -> str:
+    """The console URL given, else `$SANDBOXKIT_BASE_URL`, without a trailing slash."""
+    value = base_url if base_url is not None else os.environ.get(BASE_URL_ENV)
+    if not value or not value.strip():
+        raise ValidationError(f"no base URL: pass base_url= or set {BASE_URL_ENV}")
+    parts = urlsplit(value.strip())
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValidationError(f"base_url must be an http(s) URL, got {value!r}")
+    if parts.query or parts.fragment:
+        raise ValidationError("base_url must not carry a query or fragment")
+    return value.strip().rstrip("/")
+
 
 Validator = Callable[[object, "attrs.Attribute[Any]", object], None]
 

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import ssl as ssl_module
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any
-from urllib.parse import urlsplit
 
 import aiohttp
 
 from . import _protocol as proto
 from ._calls import Calls
 from ._client_config import ClientConfig
-from ._config import Limits, Timeout
+from ._config import Limits, Timeout, resolve_api_key, resolve_base_url
 from ._retry import RetryPolicy
 from ._transport import Transport
 from .errors import ValidationError
@@ -24,30 +22,7 @@ from .resources.v1 import V1
 
 __all__ = ["Client"]
 
-API_KEY_ENV = "SANDBOXKIT_API_KEY"
-BASE_URL_ENV = "SANDBOXKIT_BASE_URL"
 SAFE_METHODS = frozenset({"GET", "HEAD", "DELETE", "PUT"})
-
-
-def _resolve_api_key(api_key: str | None) -> str:
-    value = api_key if api_key is not None else os.environ.get(API_KEY_ENV)
-    if not value or not value.strip():
-        raise ValidationError(f"no API key: pass api_key= or set {API_KEY_ENV}")
-    if any(ch in value for ch in "\r\n\x00"):
-        raise ValidationError("api_key must not contain line breaks or NUL")
-    return value.strip()
-
-
-def _resolve_base_url(base_url: str | None) -> str:
-    value = base_url if base_url is not None else os.environ.get(BASE_URL_ENV)
-    if not value or not value.strip():
-        raise ValidationError(f"no base URL: pass base_url= or set {BASE_URL_ENV}")
-    parts = urlsplit(value.strip())
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ValidationError(f"base_url must be an http(s) URL, got {value!r}")
-    if parts.query or parts.fragment:
-        raise ValidationError("base_url must not carry a query or fragment")
-    return value.strip().rstrip("/")
 
 
 class Client:
@@ -91,14 +66,14 @@ class Client:
             )
         if not isinstance(ssl, ssl_module.SSLContext | bool):
             raise ValidationError("ssl must be an ssl.SSLContext or a bool")
-        self.base_url = _resolve_base_url(base_url)
+        self.base_url = resolve_base_url(base_url)
         self.timeout = timeout if timeout is not None else Timeout()
         self.retry = retry if retry is not None else RetryPolicy()
         self.limits = limits if limits is not None else Limits()
         self.data_plane_scheme = data_plane_scheme
         self._transport = Transport(
             base_url=self.base_url,
-            api_key=_resolve_api_key(api_key),
+            api_key=resolve_api_key(api_key),
             limits=self.limits,
             ssl=ssl,
             resolver=resolver,

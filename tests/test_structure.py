@@ -148,3 +148,42 @@ def test_every_private_module_declares_all() -> None:
         exported = getattr(module, "__all__", None)
         assert exported is not None, info.name
         assert list(exported) == sorted(exported, key=isort_key), info.name
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Each module's imports of other sandboxkit modules (a package stands for its __init__),
+    type-checking and function-level imports included."""
+    names = {module for module, _ in modules()}
+
+    def node(target: str) -> str | None:
+        for candidate in (target, f"{target}.__init__"):
+            if candidate in names:
+                return candidate
+        return None
+
+    graph: dict[str, set[str]] = {}
+    for module, path in modules():
+        targets = {node(t) for t in imported_sandboxkit_modules(module, path)}
+        graph[module] = {t for t in targets if t is not None and t != module}
+    return graph
+
+
+def test_no_import_circles() -> None:
+    """No chain of imports leads a module back to itself (a circle hides which layer is which)."""
+    graph = import_graph()
+    circles: list[list[str]] = []
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for target in sorted(graph.get(module, ())):
+            if state.get(target) == 1:
+                circles.append([*path[path.index(target) :], target])
+            elif target not in state:
+                visit(target, [*path, target])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert circles == []

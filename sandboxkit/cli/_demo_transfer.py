@@ -7,22 +7,32 @@ import random
 import time
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import anyio
+from rich.console import Console
 
 import sandboxkit
 from sandboxkit.emulator import Emulator, Fault
 
 from ._progress import TransferBar, format_size, transfer_progress
 
-if TYPE_CHECKING:
-    from ._demo import Demo
-
-__all__ = ["generate_file", "transfer_step"]
+__all__ = ["Narrator", "generate_file", "transfer_step"]
 
 CHUNK = 1 << 20
 REMOTE = "/home/user/demo.bin"
+
+
+class Narrator(Protocol):
+    """What a demo step needs of the demo: where to work, how big, and how to speak."""
+
+    console: Console
+    size: int
+    workdir: Path
+
+    def step(self, title: str) -> None: ...
+
+    def say(self, text: str) -> None: ...
 
 
 def generate_file(path: Path, size: int, seed: int = 2024) -> str:
@@ -47,7 +57,7 @@ def _faults_text(counts: Counter[str]) -> str:
 
 
 async def transfer_step(
-    demo: Demo, emu: Emulator, client: sandboxkit.Client
+    demo: Narrator, emu: Emulator, client: sandboxkit.Client
 ) -> tuple[str, sandboxkit.DownloadResult]:
     """Upload a generated file, download it back through 429, 502 and cut connections.
 

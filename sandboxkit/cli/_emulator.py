@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from sandboxkit.emulator import Emulator, Idc, serve_forever
+from sandboxkit.emulator import STANDALONE_IDCS, Emulator, serve_forever
 
 __all__ = ["serve"]
 
@@ -37,12 +37,13 @@ async def serve(*, host: str, port: int, data_port: int, tls: bool) -> None:
     except ImportError:
         raise click.ClickException("--tls needs trustme: pip install trustme") from None
     ca = trustme.CA()
-    # The same data centers as the plain `serve_forever`, which takes no CA.
-    idcs = [Idc("us-denver-1"), Idc("eu-lite", supports_resume=False, supports_split_flow=False)]
     with tempfile.TemporaryDirectory(prefix="sandboxkit-ca-") as tmp:
         ca_file = Path(tmp) / "ca.pem"
         ca.cert_pem.write_to_path(str(ca_file))
-        async with Emulator(idcs=idcs, ca=ca, host=host, port=port, data_port=data_port) as emu:
+        # The same data centers as the plain `serve_forever`, which takes no CA.
+        async with Emulator(
+            idcs=list(STANDALONE_IDCS), ca=ca, host=host, port=port, data_port=data_port
+        ) as emu:
             body = await emu.create_sandbox()
             data = body["data"]
             click.echo(

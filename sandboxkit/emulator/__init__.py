@@ -73,9 +73,10 @@ from ._cli import main, serve_forever
 from ._faults import Fault, FaultPlan
 from ._resolver import EmulatorResolver
 from ._server import Emulator
-from ._values import Idc, ManualClock, RecordedRequest
+from ._values import STANDALONE_IDCS, Idc, ManualClock, RecordedRequest
 
 __all__ = [
+    "STANDALONE_IDCS",
     "Emulator",
     "EmulatorResolver",
     "Fault",

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import TextIO
 
 from ._server import Emulator
-from ._values import Idc
+from ._values import STANDALONE_IDCS
 
 __all__ = ["main", "serve_forever"]
 
@@ -51,8 +51,9 @@ async def serve_forever(
         out: where to print the details (default stdout).
         ready: called with the running emulator once it serves (for embedding and tests).
     """
-    idcs = [Idc("us-denver-1"), Idc("eu-lite", supports_resume=False, supports_split_flow=False)]
-    async with Emulator(idcs=idcs, host=host, port=port, data_port=data_port) as emu:
+    async with Emulator(
+        idcs=list(STANDALONE_IDCS), host=host, port=port, data_port=data_port
+    ) as emu:
         sandbox = await emu.create_sandbox()
         _describe(emu, sandbox, out or sys.stdout)
         if ready is not None:

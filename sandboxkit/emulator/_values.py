@@ -8,7 +8,7 @@ from collections.abc import Mapping
 import attrs
 from multidict import CIMultiDict, CIMultiDictProxy
 
-__all__ = ["Idc", "ManualClock", "RecordedRequest", "frozen_headers"]
+__all__ = ["STANDALONE_IDCS", "Idc", "ManualClock", "RecordedRequest", "frozen_headers"]
 
 _IDC_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 
@@ -46,6 +46,14 @@ class Idc:
     max_upload_bytes: int | None = attrs.field(default=None, validator=_check_limit)
     chunked_downloads: bool = False
     honors_username: bool = True
+
+
+# The data centers of a standalone emulator (`sandboxkit emulator`, `python -m
+# sandboxkit.emulator`): one with resume and the split flow, one with neither.
+STANDALONE_IDCS = (
+    Idc("us-denver-1"),
+    Idc("eu-lite", supports_resume=False, supports_split_flow=False),
+)
 
 
 def frozen_headers(headers: Mapping[str, str] | CIMultiDict[str]) -> CIMultiDictProxy[str]:
