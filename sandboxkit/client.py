@@ -16,7 +16,7 @@ from ._config import Limits, Timeout, resolve_api_key, resolve_base_url
 from ._retry import RetryPolicy
 from ._transport import Transport
 from .errors import ValidationError
-from .resources.sandbox import Sandbox
+from .resources.sandbox import Sandbox, address_from_response, check_address
 from .resources.templates import Templates
 from .resources.v1 import V1
 
@@ -178,45 +178,20 @@ class Client:
             sandbox_key: the sandbox's key from its create/connect answer.
             domain: the answer's `domain`, used verbatim (it may carry a port).
             access_token: the answer's `sandbox_access_token`.
+
+        Raises:
+            ValidationError: an empty or multi-line value, or a key or domain that is not a
+                plain host name part.
         """
-        for name, value in (
-            ("sandbox_key", sandbox_key),
-            ("domain", domain),
-            ("access_token", access_token),
-        ):
-            if not isinstance(value, str) or not value or any(c in value for c in "\r\n\x00"):
-                raise ValidationError(f"{name} must be a non-empty single-line string")
-        if any(c in sandbox_key for c in "/.:@?#") or any(c in domain for c in "/@?#"):
-            raise ValidationError("sandbox_key and domain must be plain host name parts")
-        return Sandbox(
-            self._calls,
-            sandbox_key=sandbox_key,
-            domain=domain,
-            access_token=access_token,
-            scheme=self.data_plane_scheme,
-        )
+        address = check_address(sandbox_key, domain, access_token)
+        return Sandbox(self._calls, address, scheme=self.data_plane_scheme)
 
     def sandbox_from_response(self, body: Mapping[str, Any]) -> Sandbox:
         """A handle from a sandbox create/connect answer (`data.sandbox_key`, `data.domain`,
-        and `sandbox_access_token` under `data` or at the top level)."""
-        if not isinstance(body, Mapping):
-            raise ValidationError("expected the create/connect answer as a mapping")
-        data = body.get("data")
-        data = data if isinstance(data, Mapping) else body
-        token = data.get("sandbox_access_token") or body.get("sandbox_access_token") or ""
-        missing = [
-            name
-            for name, value in (
-                ("sandbox_key", data.get("sandbox_key")),
-                ("domain", data.get("domain")),
-                ("sandbox_access_token", token),
-            )
-            if not value
-        ]
-        if missing:
-            raise ValidationError(f"the answer lacks {', '.join(missing)}")
-        return self.sandbox(
-            sandbox_key=str(data["sandbox_key"]),
-            domain=str(data["domain"]),
-            access_token=str(token),
-        )
+        and `sandbox_access_token` under `data` or at the top level).
+
+        Raises:
+            ValidationError: the answer lacks one of them.
+        """
+        address = address_from_response(body)
+        return Sandbox(self._calls, address, scheme=self.data_plane_scheme)

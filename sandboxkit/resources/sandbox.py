@@ -1,16 +1,71 @@
-"""A handle on one sandbox's data plane."""
+"""A handle on one sandbox's data plane, and how one is read from a create/connect answer.
+
+The interface does not show the sandbox create, connect, list and delete operations yet; when
+it does, a `sandboxes` resource beside this module returns handles made here.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import attrs
 
 from .._protocol import data_plane_origin
+from ..errors import ValidationError
 from .files import Files
 
 if TYPE_CHECKING:
     from .._calls import Calls
 
-__all__ = ["Sandbox"]
+__all__ = ["Sandbox", "SandboxAddress", "address_from_response", "check_address"]
+
+
+@attrs.frozen
+class SandboxAddress:
+    """What reaches and authenticates one data plane; the token never shows in a repr."""
+
+    sandbox_key: str
+    domain: str
+    access_token: str = attrs.field(repr=False)
+
+
+def check_address(sandbox_key: Any, domain: Any, access_token: Any) -> SandboxAddress:
+    """The three values as an address, or ValidationError: single-line non-empty strings, and
+    key and domain usable as host name parts (the domain may carry a port)."""
+    for name, value in (
+        ("sandbox_key", sandbox_key),
+        ("domain", domain),
+        ("access_token", access_token),
+    ):
+        if not isinstance(value, str) or not value or any(c in value for c in "\r\n\x00"):
+            raise ValidationError(f"{name} must be a non-empty single-line string")
+    if any(c in sandbox_key for c in "/.:@?#") or any(c in domain for c in "/@?#"):
+        raise ValidationError("sandbox_key and domain must be plain host name parts")
+    return SandboxAddress(sandbox_key, domain, access_token)
+
+
+def address_from_response(body: Any) -> SandboxAddress:
+    """The address in a create/connect answer: `data.sandbox_key`, `data.domain`, and
+    `sandbox_access_token` under `data` or at the top level (where it sits is not shown).
+
+    Raises:
+        ValidationError: the answer is not a mapping or lacks one of the three.
+    """
+    if not isinstance(body, Mapping):
+        raise ValidationError("expected the create/connect answer as a mapping")
+    data = body.get("data")
+    data = data if isinstance(data, Mapping) else body
+    token = data.get("sandbox_access_token") or body.get("sandbox_access_token") or ""
+    found = {
+        "sandbox_key": data.get("sandbox_key"),
+        "domain": data.get("domain"),
+        "sandbox_access_token": token,
+    }
+    missing = [name for name, value in found.items() if not value]
+    if missing:
+        raise ValidationError(f"the answer lacks {', '.join(missing)}")
+    return check_address(str(found["sandbox_key"]), str(found["domain"]), str(token))
 
 
 class Sandbox:
@@ -20,15 +75,13 @@ class Sandbox:
     access token. Creating a handle sends nothing.
     """
 
-    def __init__(
-        self, calls: Calls, *, sandbox_key: str, domain: str, access_token: str, scheme: str
-    ) -> None:
-        self.sandbox_key = sandbox_key
-        self.domain = domain
-        self.origin = data_plane_origin(scheme, sandbox_key, domain)
+    def __init__(self, calls: Calls, address: SandboxAddress, *, scheme: str) -> None:
+        self.sandbox_key = address.sandbox_key
+        self.domain = address.domain
+        self.origin = data_plane_origin(scheme, address.sandbox_key, address.domain)
         self._calls = calls
-        self._token = access_token
-        self.files = Files(calls, self.origin, access_token)
+        self._token = address.access_token
+        self.files = Files(calls, self.origin, address.access_token)
 
     def __repr__(self) -> str:
         return f"Sandbox(sandbox_key={self.sandbox_key!r}, domain={self.domain!r})"
