@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import inspect
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -221,3 +225,76 @@ def test_option_types_match_the_async_client() -> None:
     """sync.ClientOptions names exactly the async Client's keyword options."""
     options = inspect.signature(sandboxkit.Client).parameters
     assert set(sync.ClientOptions.__annotations__) == set(options)
+
+
+def test_sync_call_from_a_callback_raises_instead_of_waiting_forever(
+    running: Running, client: sync.Client, tmp_path: Path
+) -> None:
+    """A sync call made from a progress callback, on the loop's own thread, raises at once."""
+    sbx = client.sandbox_from_response(running.new_sandbox())
+    sbx.files.upload("/home/user/f", b"data")
+    errors: list[BaseException] = []
+
+    def progress(done: int, total: int | None) -> None:
+        sbx.files.read_bytes("/home/user/f")  # would wait for the very thread it runs on
+
+    def download() -> None:
+        try:
+            sbx.files.download("/home/user/f", tmp_path / "f", progress=progress)
+        except BaseException as exc:
+            errors.append(exc)
+
+    worker = threading.Thread(target=download, daemon=True)
+    worker.start()
+    worker.join(10)
+    assert not worker.is_alive()
+    assert [type(e) for e in errors] == [sandboxkit.ClientStateError]
+    assert not (tmp_path / "f").exists()
+
+
+# A child that uses a sync Client made at module level and ends without closing it.
+FORGOTTEN = """
+from sandboxkit import sync
+from sandboxkit.emulator import EmulatorResolver
+
+client = sync.Client(resolver=EmulatorResolver())
+client.request("GET", "/api/v2/products")  # pools are open: the exit has to close them
+print("used", flush=True)
+"""
+
+
+def child_env(running: Running) -> dict[str, str]:
+    return {
+        **os.environ,
+        "SANDBOXKIT_API_KEY": running.emu.api_key,
+        "SANDBOXKIT_BASE_URL": running.emu.base_url,
+    }
+
+
+def test_forgotten_client_costs_a_warning_not_a_hang(running: Running, tmp_path: Path) -> None:
+    """A script whose module-level sync Client is never closed exits at once with a warning."""
+    script = tmp_path / "forgotten.py"
+    script.write_text(FORGOTTEN)
+    done = subprocess.run(
+        [sys.executable, "-W", "always::ResourceWarning", str(script)],
+        env=child_env(running),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert (done.returncode, done.stdout) == (0, "used\n"), done.stderr
+    assert "ResourceWarning: sandboxkit.sync.Client was never closed" in done.stderr
+    assert "Unclosed" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_dropped_client_warns_and_stops_its_loop(running: Running) -> None:
+    """A sync Client garbage-collected without close() warns and its loop thread ends."""
+    client = sync.Client(**running.options())
+    client.request("GET", "/api/v2/products")
+    with pytest.warns(ResourceWarning, match="never closed"):
+        del client
+        gc.collect()
+    assert not any(t.name == "sandboxkit-sync" for t in threading.enumerate())
+
+
+# A child that downloads wi
