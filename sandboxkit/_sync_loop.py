@@ -2,11 +2,17 @@
 
 The loop runs in a daemon thread of its own, so that a client nobody closed cannot keep the
 interpreter from exiting: a finalizer warns (`ResourceWarning`) and stops it, bounded, at
-garbage collection or at exit. Every call is a task in one task group on that loop.
+garbage collection or at exit. Every call is a task in one task group on that loop:
 
-anyio's `start_blocking_portal` is not used: a portal nobody closed is stopped by its
-generator's cleanup during interpreter teardown, which then waits forever for a loop whose
-(daemon, or in older anyio executor) thread can no longer run.
+- a thread hands its call over without waiting for the loop, so there is never a moment
+  when a task runs that its caller could not cancel;
+- an interrupted caller (Ctrl-C) cancels its own task and waits, bounded, for its cleanup
+  (temporary file, connection) before the interrupt goes on: nothing carries on behind it.
+
+anyio's `start_blocking_portal` is not used: its portal hands a call over by waiting for the
+loop (an interrupt there leaves a task nobody can cancel), and a portal nobody closed is
+stopped by its generator's cleanup during interpreter teardown, which then waits forever for
+a loop whose (daemon, or in older anyio executor) thread can no longer run.
 """
 
 from __future__ import annotations
@@ -31,26 +37,41 @@ __all__ = ["Loop"]
 T = TypeVar("T")
 Closer = Callable[[], Awaitable[object]]
 
-# How long a stop is waited for: ample for closing sockets, short enough that a wedged loop
-# cannot hold up the interpreter's exit for long.
+# How long a stop, or an interrupted call's cleanup, is waited for: ample for what cleanup
+# does (delete a temporary file, close sockets), short enough that a wedged loop cannot
+# hold up a Ctrl-C or the interpreter's exit for long.
 STOP_SECONDS = 5.0
 CLOSED = "this sandboxkit.sync.Client is closed"
 
 
 class _Call:
-    """One blocking call: its thread waits on `outcome` while the loop runs it."""
+    """One blocking call: its thread waits on `outcome` while the loop runs it in a scope."""
 
     def __init__(self, func: Callable[[], Any]) -> None:
         self.func = func
         self.outcome: Future[Any] = Future()
+        self.finished = threading.Event()  # set once the call and all its cleanup are over
+        self.scope: anyio.CancelScope | None = None
+        self.cancelled = False
 
     async def run(self) -> None:
         """The call as a task of the loop's task group; its errors go to the waiting thread."""
         try:
-            value = self.func()
-            self.outcome.set_result(await value if inspect.isawaitable(value) else value)
+            with anyio.CancelScope() as self.scope:
+                if self.cancelled:  # cancelled before the task first ran
+                    self.scope.cancel()
+                value = self.func()
+                self.outcome.set_result(await value if inspect.isawaitable(value) else value)
         except BaseException as exc:  # the thread raises it; one call's error ends no other
             self.outcome.set_exception(exc)
+        finally:
+            self.finished.set()
+
+    def cancel(self) -> None:
+        """On the loop: cancel the call; its cleanup still runs to the end."""
+        self.cancelled = True
+        if self.scope is not None:
+            self.scope.cancel()
 
 
 class _Parts(NamedTuple):
@@ -142,7 +163,16 @@ class Loop:
             if self.closed:
                 raise ClientStateError(CLOSED)
             loop.call_soon_threadsafe(self._parts.calls.start_soon, call.run)
-        return call.outcome.result()
+        try:
+            return call.outcome.result()
+        except BaseException:
+            if not call.outcome.done():
+                # Interrupted while waiting (Ctrl-C): the operation must not go on without
+                # its caller. Another Ctrl-C cuts this wait short.
+                with contextlib.suppress(RuntimeError):  # the loop has already ended
+                    loop.call_soon_threadsafe(call.cancel)
+                call.finished.wait(STOP_SECONDS)
+            raise
 
     def stop(self) -> None:
         """Let calls in flight finish, run the closer, end the thread; idempotent."""

@@ -2,8 +2,9 @@
 
 One background event loop per sync Client, in a daemon thread of its own (`_sync_loop`),
 runs the real async `sandboxkit.Client`; every call crosses into it as a task there, from
-any thread, so many threads may share one sync Client. A client never closed costs a
-`ResourceWarning`, never a hung exit.
+any thread, so many threads may share one sync Client. An interrupted call (Ctrl-C) is
+cancelled, its cleanup done, before the interrupt reaches the caller; a client never closed
+costs a `ResourceWarning`, never a hung exit.
 
 Nothing here re-implements an operation. Each facade class below only *names* which async
 method it exposes and how (a blocking call, a blocking iterator, or another facade), one line

@@ -5,7 +5,9 @@ from __future__ import annotations
 import gc
 import hashlib
 import inspect
+import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -20,7 +22,7 @@ import pytest
 
 import sandboxkit
 from sandboxkit import sync
-from sandboxkit.emulator import Emulator, ManualClock
+from sandboxkit.emulator import Emulator, Fault, ManualClock
 from sandboxkit.resources.templates import Templates as AsyncTemplates
 
 FAST_RETRY = sandboxkit.RetryPolicy.no_delay(max_attempts=8)
@@ -297,4 +299,67 @@ def test_dropped_client_warns_and_stops_its_loop(running: Running) -> None:
     assert not any(t.name == "sandboxkit-sync" for t in threading.enumerate())
 
 
-# A child that downloads wi
+# A child that downloads with a sync Client, says so once bytes arrive, and reports Ctrl-C.
+INTERRUPTED = """
+import json
+import sys
+
+import sandboxkit
+from sandboxkit import sync
+from sandboxkit.emulator import EmulatorResolver
+
+retry = sandboxkit.RetryPolicy.no_delay(max_attempts=8)
+with sync.Client(data_plane_scheme="http", resolver=EmulatorResolver(), retry=retry) as client:
+    sbx = client.sandbox_from_response(json.loads(sys.argv[1]))
+    told = []
+
+    def progress(done, total):
+        if not told:
+            told.append(done)
+            print("in flight", flush=True)
+
+    try:
+        sbx.files.download("/home/user/slow.bin", sys.argv[2], progress=progress)
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+"""
+
+
+def test_ctrl_c_cancels_the_download_before_it_reaches_the_caller(
+    running: Running, tmp_path: Path
+) -> None:
+    """Ctrl-C mid-download reaches the caller only once the temporary file is gone."""
+    body = running.new_sandbox()
+    remote = running.emu.sandbox_root(body["data"]["sandbox_key"]) / "home/user/slow.bin"
+    remote.write_bytes(os.urandom(4 << 20))
+    # The first answer is cut after 1 MiB (by then in the temporary file); the resume then
+    # hangs, so the download is still in flight whenever the signal lands.
+    running.emu.faults.script("files.download", Fault.cut(after_bytes=1 << 20), Fault.delay(30))
+    script, dest = tmp_path / "interrupted.py", tmp_path / "out" / "slow.bin"
+    script.write_text(INTERRUPTED)
+    dest.parent.mkdir()
+    process = subprocess.Popen(
+        [sys.executable, str(script), json.dumps(body), str(dest)],
+        env=child_env(running),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    watchdog = threading.Timer(30, process.kill)  # a hung child ends the reads below
+    watchdog.start()
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline() == "in flight\n"
+        process.send_signal(signal.SIGINT)
+        assert process.stdout.readline() == "interrupted\n"
+        # Checked the moment the caller saw KeyboardInterrupt: nothing left, nothing renamed.
+        assert list(dest.parent.iterdir()) == []
+        asked = len(running.emu.journal_for("files.download"))
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        watchdog.cancel()
+        process.kill()
+        process.wait()
+    assert process.returncode == 0, stderr
+    assert list(dest.parent.iterdir()) == []
+    assert len(running.emu.journal_for("files.download")) == asked  # no GET after Ctrl-C
