@@ -7,7 +7,8 @@ garbage collection or at exit. Every call is a task in one task group on that lo
 - a thread hands its call over without waiting for the loop, so there is never a moment
   when a task runs that its caller could not cancel;
 - an interrupted caller (Ctrl-C) cancels its own task and waits, bounded, for its cleanup
-  (temporary file, connection) before the interrupt goes on: nothing carries on behind it.
+  (temporary file, connection) before the interrupt goes on: nothing carries on behind it;
+- `stop()` cancels every call in flight at once; their threads get `ClientStateError`.
 
 anyio's `start_blocking_portal` is not used: its portal hands a call over by waiting for the
 loop (an interrupt there leaves a task nobody can cancel), and a portal nobody closed is
@@ -62,9 +63,13 @@ class _Call:
                     self.scope.cancel()
                 value = self.func()
                 self.outcome.set_result(await value if inspect.isawaitable(value) else value)
+        except anyio.get_cancelled_exc_class():
+            raise  # stop() cancelled the whole group; `finally` tells the thread
         except BaseException as exc:  # the thread raises it; one call's error ends no other
             self.outcome.set_exception(exc)
         finally:
+            if not self.outcome.done():
+                self.outcome.set_exception(ClientStateError(f"{CLOSED} (closed mid-call)"))
             self.finished.set()
 
     def cancel(self) -> None:
@@ -90,6 +95,7 @@ async def _serve(ready: Future[_Parts]) -> None:
     async with anyio.create_task_group() as calls:
         ready.set_result(_Parts(loop, calls, stop, threading.current_thread()))
         aclose = await stop
+        calls.cancel_scope.cancel()  # the group exits once every call has cleaned up
     if aclose is not None:
         with anyio.move_on_after(STOP_SECONDS):
             await aclose()
@@ -105,7 +111,7 @@ def _run(ready: Future[_Parts]) -> None:
 
 
 def _stop(parts: _Parts, aclose: Closer | None) -> None:
-    """Ask the loop to run `aclose` once its calls are done; wait for its thread, bounded."""
+    """Ask the loop to cancel its calls, then run `aclose`; wait for its thread, bounded."""
     with contextlib.suppress(RuntimeError):  # the loop has already ended
         parts.loop.call_soon_threadsafe(parts.stop.set_result, aclose)
     if parts.thread is not threading.current_thread():  # a callback on the loop may close
@@ -152,8 +158,8 @@ class Loop:
         """Run `func` on the loop (awaiting it if it is a coroutine) and return its result.
 
         Raises:
-            ClientStateError: the loop is stopped, or this is the loop's own thread (a
-                callback), where waiting would never end.
+            ClientStateError: the loop is stopped, or was stopped during the call, or this
+                is the loop's own thread (a callback), where waiting would never end.
         """
         if threading.current_thread() is self._parts.thread:
             raise ClientStateError("a sync call cannot be made from a callback on its loop")
@@ -175,7 +181,7 @@ class Loop:
             raise
 
     def stop(self) -> None:
-        """Let calls in flight finish, run the closer, end the thread; idempotent."""
+        """Cancel every call in flight, run the closer, end the thread; idempotent."""
         with self._lock:
             if self.closed:
                 return

@@ -3,8 +3,8 @@
 One background event loop per sync Client, in a daemon thread of its own (`_sync_loop`),
 runs the real async `sandboxkit.Client`; every call crosses into it as a task there, from
 any thread, so many threads may share one sync Client. An interrupted call (Ctrl-C) is
-cancelled, its cleanup done, before the interrupt reaches the caller; a client never closed
-costs a `ResourceWarning`, never a hung exit.
+cancelled, its cleanup done, before the interrupt reaches the caller; `close()` cancels
+every call in flight; a client never closed costs a `ResourceWarning`, never a hung exit.
 
 Nothing here re-implements an operation. Each facade class below only *names* which async
 method it exposes and how (a blocking call, a blocking iterator, or another facade), one line
@@ -324,9 +324,10 @@ class ClientOptions(TypedDict, total=False):
 class Client(_Facade[_client.Client]):
     """The blocking client: same options and operations as `sandboxkit.Client`.
 
-    It starts a background event loop at once; `close()` or leaving `with` closes the async
-    client and stops the loop. One never closed is stopped, with a `ResourceWarning`, when
-    collected or at exit. Share one instance between threads.
+    It starts a background event loop at once; `close()` or leaving `with` cancels calls in
+    flight (they raise `ClientStateError`), closes the async client and stops the loop. One
+    never closed is stopped, with a `ResourceWarning`, when collected or at exit. Share one
+    instance between threads.
 
     Raises:
         ValidationError: as `sandboxkit.Client` does (no loop is left running).
@@ -365,7 +366,10 @@ class Client(_Facade[_client.Client]):
         return self._loop.closed
 
     def close(self) -> None:
-        """Close the async client's pools and stop the background loop; idempotent."""
+        """Cancel calls in flight, close the async client's pools, stop the loop; idempotent.
+
+        Calls in flight in other threads then raise `ClientStateError`.
+        """
         self._loop.stop()
 
     def __enter__(self) -> Self:

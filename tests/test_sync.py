@@ -6,11 +6,13 @@ import gc
 import hashlib
 import inspect
 import json
+import logging
 import os
 import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -363,3 +365,55 @@ def test_ctrl_c_cancels_the_download_before_it_reaches_the_caller(
     assert process.returncode == 0, stderr
     assert list(dest.parent.iterdir()) == []
     assert len(running.emu.journal_for("files.download")) == asked  # no GET after Ctrl-C
+
+
+class SetOnLog(logging.Handler):
+    """Sets an event when a record's message contains a given text."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+        self.seen = threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.text in record.getMessage():
+            self.seen.set()
+
+
+@pytest.mark.parametrize("kind", ["call", "stream"])
+def test_close_from_another_thread_ends_calls_in_backoff(running: Running, kind: str) -> None:
+    """close() ends a call or stream waiting out Retry-After: 30 at once, with ClientStateError."""
+    options = running.options()
+    options["retry"] = sandboxkit.RetryPolicy(max_attempts=3)
+    client = sync.Client(**options)
+    sbx = client.sandbox_from_response(running.new_sandbox())
+    sbx.files.upload("/home/user/f", b"data")
+    running.emu.faults.script("files.download", Fault.status(429, retry_after="30"))
+    errors: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            if kind == "call":
+                sbx.files.read_bytes("/home/user/f")
+            else:
+                next(sbx.files.iter_bytes("/home/user/f"))
+        except BaseException as exc:
+            errors.append(exc)
+
+    backing_off = SetOnLog("retrying files.download after 429")
+    logger = logging.getLogger("sandboxkit")
+    logger.addHandler(backing_off)
+    reader = threading.Thread(target=read)
+    try:
+        reader.start()
+        assert backing_off.seen.wait(10)
+        started = time.monotonic()
+        client.close()
+        assert time.monotonic() - started < 10  # not the 30 s the server asked for
+        reader.join(10)
+    finally:
+        logger.removeHandler(backing_off)
+        client.close()
+    assert not reader.is_alive()
+    assert [type(e) for e in errors] == [sandboxkit.ClientStateError]
+    assert not any(t.name == "sandboxkit-sync" for t in threading.enumerate())
