@@ -362,7 +362,7 @@ def test_ctrl_c_cancels_the_download_before_it_reaches_the_caller(
         watchdog.cancel()
         process.kill()
         process.wait()
-    assert process.returncode == 0, stderr
+    assert (process.returncode, stderr) == (0, "")
     assert list(dest.parent.iterdir()) == []
     assert len(running.emu.journal_for("files.download")) == asked  # no GET after Ctrl-C
 
