@@ -1,8 +1,10 @@
 """`sandboxkit.sync.Client`: the async client driven from blocking code.
 
-One background event loop per sync Client (`anyio.from_thread.start_blocking_portal`) runs
-the real async `sandboxkit.Client`; every call crosses into it through the portal, which is
-thread-safe, so many threads may share one sync Client.
+One background event loop per sync Client, in a daemon thread of its own (`_sync_loop`),
+runs the real async `sandboxkit.Client`; every call crosses into it as a task there, from
+any thread, so many threads may share one sync Client. An interrupted call (Ctrl-C) is
+cancelled, its cleanup done, before the interrupt reaches the caller; `close()` cancels
+every call in flight; a client never closed costs a `ResourceWarning`, never a hung exit.
 
 Nothing here re-implements an operation. Each facade class below only *names* which async
 method it exposes and how (a blocking call, a blocking iterator, or another facade), one line
@@ -27,7 +29,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import threading
 import types
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import (
@@ -43,13 +44,11 @@ from typing import (
     overload,
 )
 
-import anyio.from_thread
-
 from . import client as _client
 from ._client_config import ClientConfig
 from ._config import Limits, Timeout
 from ._retry import RetryPolicy
-from .errors import ClientStateError
+from ._sync_loop import Loop
 from .models import Build
 from .resources import files as _files
 from .resources import sandbox as _sandbox
@@ -83,44 +82,11 @@ A = TypeVar("A")
 F = TypeVar("F", bound="_Facade[Any]")
 
 
-class _Loop:
-    """The background event loop of one sync Client, shared by all its facades."""
-
-    def __init__(self) -> None:
-        self._portal_cm = anyio.from_thread.start_blocking_portal(name="sandboxkit-sync")
-        self._portal = self._portal_cm.__enter__()
-        self._lock = threading.Lock()
-        self.closed = False
-
-    @overload
-    def call(self, func: Callable[[], Awaitable[T]]) -> T: ...
-    @overload
-    def call(self, func: Callable[[], T]) -> T: ...
-    def call(self, func: Callable[[], Any]) -> Any:
-        """Run `func` on the loop (awaiting it if it is a coroutine) and return its result."""
-        if self.closed:
-            raise ClientStateError("this sandboxkit.sync.Client is closed")
-        try:
-            return self._portal.call(func)
-        except RuntimeError:
-            if self.closed:  # another thread closed the client while this call waited
-                raise ClientStateError("this sandboxkit.sync.Client is closed") from None
-            raise
-
-    def stop(self) -> None:
-        """Stop the loop and join its thread; idempotent."""
-        with self._lock:
-            if self.closed:
-                return
-            self.closed = True
-        self._portal_cm.__exit__(None, None, None)
-
-
 # Async classes and the facade that wraps each, filled in by `_Facade.__init_subclass__`.
 _FACADES: dict[type[Any], type[_Facade[Any]]] = {}
 
 
-def _adapt(loop: _Loop, value: Any) -> Any:
+def _adapt(loop: Loop, value: Any) -> Any:
     """A result as sync code should see it: facades for handles, iterators for streams."""
     facade = _FACADES.get(type(value))
     if facade is not None:
@@ -136,7 +102,7 @@ def _adapt(loop: _Loop, value: Any) -> Any:
     return value
 
 
-def _blocking_call(loop: _Loop, method: Callable[..., Any]) -> Callable[..., Any]:
+def _blocking_call(loop: Loop, method: Callable[..., Any]) -> Callable[..., Any]:
     # Sync methods (builds(), sandbox()) run on the loop too: objects stay on one thread.
     @functools.wraps(method)
     def call(*args: Any, **kwargs: Any) -> Any:
@@ -148,7 +114,7 @@ def _blocking_call(loop: _Loop, method: Callable[..., Any]) -> Callable[..., Any
 class _Facade(Generic[A]):
     """Wraps one async object; subclasses name the members they expose, typed."""
 
-    def __init__(self, loop: _Loop, target: A) -> None:
+    def __init__(self, loop: Loop, target: A) -> None:
         self._loop = loop
         self._target = target
 
@@ -231,7 +197,7 @@ class Stream(Generic[T]):
     different threads at once.
     """
 
-    def __init__(self, loop: _Loop, source: Any) -> None:
+    def __init__(self, loop: Loop, source: Any) -> None:
         self._loop = loop
         self._iterator: AsyncIterator[T] = source.__aiter__()
 
@@ -358,8 +324,10 @@ class ClientOptions(TypedDict, total=False):
 class Client(_Facade[_client.Client]):
     """The blocking client: same options and operations as `sandboxkit.Client`.
 
-    It starts a background event loop at once; `close()` or leaving `with` closes the async
-    client and stops the loop. Share one instance between threads.
+    It starts a background event loop at once; `close()` or leaving `with` cancels calls in
+    flight (they raise `ClientStateError`), closes the async client and stops the loop. One
+    never closed is stopped, with a `ResourceWarning`, when collected or at exit. Share one
+    instance between threads.
 
     Raises:
         ValidationError: as `sandboxkit.Client` does (no loop is left running).
@@ -382,13 +350,14 @@ class Client(_Facade[_client.Client]):
         return facade
 
     def _start(self, build: Callable[[], _client.Client]) -> None:
-        loop = _Loop()
+        loop = Loop()
         try:
             # Built on the loop's thread: resolvers and sessions belong to that loop.
             target = loop.call(build)
         except BaseException:
             loop.stop()
             raise
+        loop.closes(target.aclose)
         super().__init__(loop, target)
 
     @property
@@ -397,12 +366,11 @@ class Client(_Facade[_client.Client]):
         return self._loop.closed
 
     def close(self) -> None:
-        """Close the async client's pools and stop the background loop; idempotent."""
-        if not self._loop.closed:
-            try:
-                self._loop.call(self._target.aclose)
-            finally:
-                self._loop.stop()
+        """Cancel calls in flight, close the async client's pools, stop the loop; idempotent.
+
+        Calls in flight in other threads then raise `ClientStateError`.
+        """
+        self._loop.stop()
 
     def __enter__(self) -> Self:
         return self

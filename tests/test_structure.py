@@ -33,7 +33,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("_calls",),
     ("resources",),
     ("client", "_client_config"),
-    ("batch", "sync", "__init__"),
+    ("batch", "sync", "_sync_loop", "__init__"),
     ("emulator", "dask"),
     ("cli",),
 ]

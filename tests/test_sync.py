@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import inspect
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -16,7 +24,7 @@ import pytest
 
 import sandboxkit
 from sandboxkit import sync
-from sandboxkit.emulator import Emulator, ManualClock
+from sandboxkit.emulator import Emulator, Fault, ManualClock
 from sandboxkit.resources.templates import Templates as AsyncTemplates
 
 FAST_RETRY = sandboxkit.RetryPolicy.no_delay(max_attempts=8)
@@ -221,3 +229,191 @@ def test_option_types_match_the_async_client() -> None:
     """sync.ClientOptions names exactly the async Client's keyword options."""
     options = inspect.signature(sandboxkit.Client).parameters
     assert set(sync.ClientOptions.__annotations__) == set(options)
+
+
+def test_sync_call_from_a_callback_raises_instead_of_waiting_forever(
+    running: Running, client: sync.Client, tmp_path: Path
+) -> None:
+    """A sync call made from a progress callback, on the loop's own thread, raises at once."""
+    sbx = client.sandbox_from_response(running.new_sandbox())
+    sbx.files.upload("/home/user/f", b"data")
+    errors: list[BaseException] = []
+
+    def progress(done: int, total: int | None) -> None:
+        sbx.files.read_bytes("/home/user/f")  # would wait for the very thread it runs on
+
+    def download() -> None:
+        try:
+            sbx.files.download("/home/user/f", tmp_path / "f", progress=progress)
+        except BaseException as exc:
+            errors.append(exc)
+
+    worker = threading.Thread(target=download, daemon=True)
+    worker.start()
+    worker.join(10)
+    assert not worker.is_alive()
+    assert [type(e) for e in errors] == [sandboxkit.ClientStateError]
+    assert not (tmp_path / "f").exists()
+
+
+# A child that uses a sync Client made at module level and ends without closing it.
+FORGOTTEN = """
+from sandboxkit import sync
+from sandboxkit.emulator import EmulatorResolver
+
+client = sync.Client(resolver=EmulatorResolver())
+client.request("GET", "/api/v2/products")  # pools are open: the exit has to close them
+print("used", flush=True)
+"""
+
+
+def child_env(running: Running) -> dict[str, str]:
+    return {
+        **os.environ,
+        "SANDBOXKIT_API_KEY": running.emu.api_key,
+        "SANDBOXKIT_BASE_URL": running.emu.base_url,
+    }
+
+
+def test_forgotten_client_costs_a_warning_not_a_hang(running: Running, tmp_path: Path) -> None:
+    """A script whose module-level sync Client is never closed exits at once with a warning."""
+    script = tmp_path / "forgotten.py"
+    script.write_text(FORGOTTEN)
+    done = subprocess.run(
+        [sys.executable, "-W", "always::ResourceWarning", str(script)],
+        env=child_env(running),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert (done.returncode, done.stdout) == (0, "used\n"), done.stderr
+    assert "ResourceWarning: sandboxkit.sync.Client was never closed" in done.stderr
+    assert "Unclosed" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_dropped_client_warns_and_stops_its_loop(running: Running) -> None:
+    """A sync Client garbage-collected without close() warns and its loop thread ends."""
+    client = sync.Client(**running.options())
+    client.request("GET", "/api/v2/products")
+    with pytest.warns(ResourceWarning, match="never closed"):
+        del client
+        gc.collect()
+    assert not any(t.name == "sandboxkit-sync" for t in threading.enumerate())
+
+
+# A child that downloads with a sync Client, says so once bytes arrive, and reports Ctrl-C.
+INTERRUPTED = """
+import json
+import sys
+
+import sandboxkit
+from sandboxkit import sync
+from sandboxkit.emulator import EmulatorResolver
+
+retry = sandboxkit.RetryPolicy.no_delay(max_attempts=8)
+with sync.Client(data_plane_scheme="http", resolver=EmulatorResolver(), retry=retry) as client:
+    sbx = client.sandbox_from_response(json.loads(sys.argv[1]))
+    told = []
+
+    def progress(done, total):
+        if not told:
+            told.append(done)
+            print("in flight", flush=True)
+
+    try:
+        sbx.files.download("/home/user/slow.bin", sys.argv[2], progress=progress)
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+"""
+
+
+def test_ctrl_c_cancels_the_download_before_it_reaches_the_caller(
+    running: Running, tmp_path: Path
+) -> None:
+    """Ctrl-C mid-download reaches the caller only once the temporary file is gone."""
+    body = running.new_sandbox()
+    remote = running.emu.sandbox_root(body["data"]["sandbox_key"]) / "home/user/slow.bin"
+    remote.write_bytes(os.urandom(4 << 20))
+    # The first answer is cut after 1 MiB (by then in the temporary file); the resume then
+    # hangs, so the download is still in flight whenever the signal lands.
+    running.emu.faults.script("files.download", Fault.cut(after_bytes=1 << 20), Fault.delay(30))
+    script, dest = tmp_path / "interrupted.py", tmp_path / "out" / "slow.bin"
+    script.write_text(INTERRUPTED)
+    dest.parent.mkdir()
+    process = subprocess.Popen(
+        [sys.executable, str(script), json.dumps(body), str(dest)],
+        env=child_env(running),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    watchdog = threading.Timer(30, process.kill)  # a hung child ends the reads below
+    watchdog.start()
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline() == "in flight\n"
+        process.send_signal(signal.SIGINT)
+        assert process.stdout.readline() == "interrupted\n"
+        # Checked the moment the caller saw KeyboardInterrupt: nothing left, nothing renamed.
+        assert list(dest.parent.iterdir()) == []
+        asked = len(running.emu.journal_for("files.download"))
+        _, stderr = process.communicate(timeout=30)
+    finally:
+        watchdog.cancel()
+        process.kill()
+        process.wait()
+    assert (process.returncode, stderr) == (0, "")
+    assert list(dest.parent.iterdir()) == []
+    assert len(running.emu.journal_for("files.download")) == asked  # no GET after Ctrl-C
+
+
+class SetOnLog(logging.Handler):
+    """Sets an event when a record's message contains a given text."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+        self.seen = threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.text in record.getMessage():
+            self.seen.set()
+
+
+@pytest.mark.parametrize("kind", ["call", "stream"])
+def test_close_from_another_thread_ends_calls_in_backoff(running: Running, kind: str) -> None:
+    """close() ends a call or stream waiting out Retry-After: 30 at once, with ClientStateError."""
+    options = running.options()
+    options["retry"] = sandboxkit.RetryPolicy(max_attempts=3)
+    client = sync.Client(**options)
+    sbx = client.sandbox_from_response(running.new_sandbox())
+    sbx.files.upload("/home/user/f", b"data")
+    running.emu.faults.script("files.download", Fault.status(429, retry_after="30"))
+    errors: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            if kind == "call":
+                sbx.files.read_bytes("/home/user/f")
+            else:
+                next(sbx.files.iter_bytes("/home/user/f"))
+        except BaseException as exc:
+            errors.append(exc)
+
+    backing_off = SetOnLog("retrying files.download after 429")
+    logger = logging.getLogger("sandboxkit")
+    logger.addHandler(backing_off)
+    reader = threading.Thread(target=read)
+    try:
+        reader.start()
+        assert backing_off.seen.wait(10)
+        started = time.monotonic()
+        client.close()
+        assert time.monotonic() - started < 10  # not the 30 s the server asked for
+        reader.join(10)
+    finally:
+        logger.removeHandler(backing_off)
+        client.close()
+    assert not reader.is_alive()
+    assert [type(e) for e in errors] == [sandboxkit.ClientStateError]
+    assert not any(t.name == "sandboxkit-sync" for t in threading.enumerate())
