@@ -11,16 +11,17 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
 import anyio
 import attrs
 
+from ._answers import Reply
 from ._config import Timeout
 from ._convert import structure
-from ._protocol import REQUEST_ID, ApiRequest, decode_json
+from ._protocol import ApiRequest
 from ._retry import RetryBudget, RetryPolicy, is_retryable, retry_delay
-from ._transport import BufferedResponse, Transport, error_from
+from ._transport import Transport
 from .errors import (
     APIConnectionError,
     APIError,
@@ -30,27 +31,10 @@ from .errors import (
     SandboxKitError,
 )
 
-__all__ = ["Calls", "Reply", "decode_reply"]
+__all__ = ["Calls", "decode_reply"]
 
 T = TypeVar("T")
 logger = logging.getLogger("sandboxkit")
-
-
-class Reply(NamedTuple):
-    """A decoded control-plane success: status, headers and parsed JSON (a NamedTuple, as
-    ApiRequest: one per call)."""
-
-    status: int
-    headers: Any
-    payload: Any
-
-    @property
-    def request_id(self) -> str | None:
-        """The body's `request_id`, else the `X-Request-ID` header."""
-        if isinstance(self.payload, dict) and isinstance(self.payload.get("request_id"), str):
-            return str(self.payload["request_id"])
-        value = self.headers.get(REQUEST_ID)
-        return str(value) if value is not None else None
 
 
 def decode_reply(reply: Reply, value: Any, cls: type[T]) -> T:
@@ -193,32 +177,13 @@ class Calls:
     ) -> Reply:
         """Send a control-plane request with retries; returns the decoded success."""
         effective = timeout or self.timeout
-
-        async def attempt() -> Reply:
-            response = await self.transport.send(request, effective)
-            return _reply(request, response)
-
         return await self.run(
             request.operation,
-            attempt,
+            lambda: self.transport.send(request, effective),
             idempotent=request.idempotent,
             retry=retry,
             timeout=timeout,
         )
-
-
-def _reply(request: ApiRequest, response: BufferedResponse) -> Reply:
-    if not 200 <= response.status < 300:
-        raise error_from(response.status, response.headers, response.body, request.surface)
-    try:
-        payload = decode_json(response.body) if response.body else None
-    except ValueError as exc:
-        raise ResponseDecodeError(
-            f"{request.operation}: the {response.status} answer is not JSON",
-            status=response.status,
-            request_id=response.headers.get(REQUEST_ID),
-        ) from exc
-    return Reply(response.status, response.headers, payload)
 
 
 def _describe(error: SandboxKitError) -> str:

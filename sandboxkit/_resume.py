@@ -29,7 +29,7 @@ from typing import Literal
 
 import attrs
 
-from ._protocol import DECODABLE_CODINGS, parse_content_range
+from ._answers import DECODABLE_CODINGS, parse_content_range
 
 __all__ = ["Action", "Decision", "Mode", "ResponseInfo", "ResumeState"]
 

@@ -7,11 +7,8 @@ concurrency window moves.
 
 from __future__ import annotations
 
-import email.utils
-import math
 import random
 from collections.abc import Callable
-from datetime import UTC, datetime
 
 import attrs
 
@@ -33,7 +30,6 @@ __all__ = [
     "RetryPolicy",
     "backoff_delay",
     "is_retryable",
-    "parse_retry_after",
     "retry_delay",
 ]
 
@@ -99,30 +95,6 @@ def backoff_delay(policy: RetryPolicy, retry_number: int, rand: Callable[[], flo
     """Full-jitter exponential backoff for the `retry_number`-th retry (1-based)."""
     ceiling = min(policy.max_backoff, policy.initial_backoff * (2 ** (retry_number - 1)))
     return float(ceiling * rand())
-
-
-def parse_retry_after(value: str | None, now: float) -> float | None:
-    """Seconds to wait from a `Retry-After` (delta-seconds or HTTP-date); None if unusable.
-
-    Negative, non-finite and garbage values are ignored rather than trusted.
-    """
-    if value is None:
-        return None
-    text = value.strip()
-    try:
-        seconds = float(text)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(text)
-        except (TypeError, ValueError, IndexError):
-            return None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=UTC)
-        seconds = (when - datetime.fromtimestamp(now, UTC)).total_seconds()
-        return max(0.0, seconds)
-    if not math.isfinite(seconds) or seconds < 0:
-        return None
-    return seconds
 
 
 def retry_delay(

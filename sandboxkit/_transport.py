@@ -23,32 +23,27 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 
 import aiohttp
 import anyio
 import attrs
 
+from ._answers import DECODABLE_CODINGS, ContentDecoder, Reply, content_coding, decipher
 from ._config import Limits, Timeout
 from ._protocol import (
     ACCEPT_ENCODING,
     ACCESS_TOKEN,
     AUTHORIZATION,
     CONTENT_ENCODING,
-    DECODABLE_CODINGS,
     REQUEST_ID,
-    RETRY_AFTER,
     ApiRequest,
-    ContentDecoder,
-    content_coding,
-    decode_error,
     query_string,
 )
-from ._retry import ConcurrencyWindow, parse_retry_after
+from ._retry import ConcurrencyWindow
 from ._version import __version__
 from .errors import (
     APIConnectionError,
-    APIError,
     APITimeoutError,
     CertificateVerificationError,
     ClientStateError,
@@ -56,14 +51,12 @@ from .errors import (
     RemoteProtocolError,
     ResponseDecodeError,
     SandboxKitError,
-    Surface,
     TLSHandshakeError,
     TransportError,
 )
 
 __all__ = [
     "CONTROL_BODY_LIMIT",
-    "BufferedResponse",
     "HostPool",
     "HostPools",
     "StreamingResponse",
@@ -174,20 +167,6 @@ def _translate(exc: Exception, operation: str) -> TransportError | None:
 def _client_timeout(timeout: Timeout) -> aiohttp.ClientTimeout:
     # `total` bounds the whole logical call (retries included) one level up, not one request.
     return aiohttp.ClientTimeout(total=None, sock_connect=timeout.connect, sock_read=timeout.read)
-
-
-class BufferedResponse(NamedTuple):
-    """A whole answer read into memory (control-plane sized). A NamedTuple, as ApiRequest."""
-
-    status: int
-    headers: Mapping[str, str]
-    body: bytes
-
-
-def error_from(status: int, headers: Mapping[str, str], body: bytes, surface: Surface) -> APIError:
-    """The APIError for an error answer, with `Retry-After` understood."""
-    retry_after = parse_retry_after(headers.get(RETRY_AFTER), time.time())
-    return decode_error(status, body, headers, surface, retry_after=retry_after)
 
 
 async def _read_capped(content: aiohttp.StreamReader, limit: int) -> tuple[bytes, bool]:
@@ -600,8 +579,13 @@ class Transport:
         )
         return _uncounted_resends_off(session)
 
-    async def send(self, request: ApiRequest, timeout: Timeout) -> BufferedResponse:
-        """Send one control-plane request and read its whole answer."""
+    async def send(self, request: ApiRequest, timeout: Timeout) -> Reply:
+        """Send one control-plane request, read its whole answer, and decipher it.
+
+        Raises:
+            APIError: the status's subclass; ResponseDecodeError: a 2xx that is not JSON
+                or too large; TransportError: no usable answer.
+        """
         # Calls.run checked the loop for this operation already; a retry may find the client
         # closed since (its pooled connection was closed under it).
         if self._closed:
@@ -643,7 +627,14 @@ class Transport:
                         request_id=response.headers.get(REQUEST_ID),
                     )
                 # An error body past the limit is cut: its status still gives its class.
-                return BufferedResponse(response.status, response.headers, body)
+                return decipher(
+                    response.status,
+                    response.headers,
+                    body,
+                    request.surface,
+                    operation=request.operation,
+                    now=time.time(),
+                )
         except Exception as exc:  # _mapped, inlined: one coroutine less on every call
             error = _translate(exc, request.operation)
             if error is None:

@@ -10,6 +10,7 @@ from typing import Any
 import aiohttp
 
 from . import _protocol as proto
+from ._answers import unwrap_v2
 from ._calls import Calls
 from ._client_config import ClientConfig
 from ._config import Limits, Timeout, resolve_api_key, resolve_base_url
@@ -169,7 +170,7 @@ class Client:
             headers=dict(headers or {}),
         )
         reply = await self._calls.send(request, timeout=timeout, retry=retry)
-        return proto.unwrap_v2(reply.payload)
+        return unwrap_v2(reply.payload)
 
     def sandbox(self, *, sandbox_key: str, domain: str, access_token: str) -> Sandbox:
         """A handle on one sandbox's data plane; sends nothing.

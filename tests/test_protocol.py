@@ -10,18 +10,17 @@ from datetime import UTC, datetime
 import pytest
 
 import sandboxkit
-from sandboxkit import _protocol as proto
+from sandboxkit import _answers as answers
 from sandboxkit import models
+from sandboxkit._answers import ContentDecoder, content_coding, parse_retry_after
 from sandboxkit._convert import converter, strict_converter, structure, unstructure
 from sandboxkit._cursors import BuildCursor, LogCursor
-from sandboxkit._protocol import ContentDecoder, content_coding
 from sandboxkit._retry import (
     ConcurrencyWindow,
     RetryBudget,
     RetryPolicy,
     backoff_delay,
     is_retryable,
-    parse_retry_after,
     retry_delay,
 )
 from sandboxkit.errors import APIConnectionError, APITimeoutError, ValidationError
@@ -105,7 +104,7 @@ def test_decode_error_table(
     status: int, body: dict[str, object], surface: str, cls: type, code: object, group: object
 ) -> None:
     """Each error body format maps to its class, code and group."""
-    err = proto.decode_error(status, json.dumps(body).encode(), {}, surface)  # type: ignore[arg-type]
+    err = answers.decode_error(status, json.dumps(body).encode(), {}, surface)  # type: ignore[arg-type]
     assert type(err) is cls
     assert (err.status, err.code, err.group, err.surface) == (status, code, group, surface)
 
@@ -119,7 +118,7 @@ def test_decode_v1_validation_body() -> None:
             {"field": "orgId", "expression": "uuid", "originalValue": "x", "reason": "bad"}
         ],
     }
-    err = proto.decode_error(400, json.dumps(body).encode(), {}, "v1")
+    err = answers.decode_error(400, json.dumps(body).encode(), {}, "v1")
     assert type(err) is sandboxkit.BadRequestError
     assert (err.group, err.code) == ("request", 0)
     assert err.validation_detail == (sandboxkit.ValidationDetail("orgId", "uuid", "x", "bad"),)
@@ -129,7 +128,7 @@ def test_decode_v1_validation_body() -> None:
 @pytest.mark.parametrize("body", [b"", b"not json", b"[1]", b'"str"', b"{", b"\xff\xfe"])
 def test_decode_error_survives_any_body(body: bytes) -> None:
     """Bodies that are empty, not JSON or of the wrong shape still give the status class."""
-    err = proto.decode_error(404, body, {"X-Request-ID": "hdr"}, "v2")
+    err = answers.decode_error(404, body, {"X-Request-ID": "hdr"}, "v2")
     assert type(err) is sandboxkit.NotFoundError
     assert err.message == "HTTP 404"
     assert err.request_id == "hdr"
@@ -137,7 +136,7 @@ def test_decode_error_survives_any_body(body: bytes) -> None:
 
 def test_errors_pickle_with_their_fields() -> None:
     """Errors cross process boundaries intact (batch and Dask results carry them)."""
-    err = proto.decode_error(
+    err = answers.decode_error(
         429, b'{"code":"x","message":"m","request_id":"r"}', {}, "v2", retry_after=2.0
     )
     clone = pickle.loads(pickle.dumps(err))
@@ -192,13 +191,13 @@ def test_retry_after_wins_up_to_the_cap() -> None:
 @pytest.mark.parametrize(
     ("error", "retryable"),
     [
-        (proto.decode_error(429, b"", {}, "v2"), True),
-        (proto.decode_error(502, b"", {}, "data"), True),
-        (proto.decode_error(503, b"", {}, "v1"), True),
-        (proto.decode_error(504, b"", {}, "v2"), True),
-        (proto.decode_error(500, b"", {}, "v2"), False),
-        (proto.decode_error(409, b'{"code":"Sandbox.IdempotentKeyConsumed"}', {}, "v2"), False),
-        (proto.decode_error(404, b"", {}, "data"), False),
+        (answers.decode_error(429, b"", {}, "v2"), True),
+        (answers.decode_error(502, b"", {}, "data"), True),
+        (answers.decode_error(503, b"", {}, "v1"), True),
+        (answers.decode_error(504, b"", {}, "v2"), True),
+        (answers.decode_error(500, b"", {}, "v2"), False),
+        (answers.decode_error(409, b'{"code":"Sandbox.IdempotentKeyConsumed"}', {}, "v2"), False),
+        (answers.decode_error(404, b"", {}, "data"), False),
         (APIConnectionError("x"), True),
         (APITimeoutError("x"), True),
         (ValidationError("x"), False),
@@ -331,8 +330,8 @@ def test_secret_fields_stay_out_of_reprs() -> None:
 @pytest.mark.parametrize(
     ("value", "parsed"),
     [
-        ("bytes 0-9/10", proto.ContentRange(0, 9, 10)),
-        ("bytes 5-9/*", proto.ContentRange(5, 9, None)),
+        ("bytes 0-9/10", answers.ContentRange(0, 9, 10)),
+        ("bytes 5-9/*", answers.ContentRange(5, 9, None)),
         ("bytes 9-5/10", None),
         ("bytes 0-10/10", None),
         ("items 0-1/2", None),
@@ -340,9 +339,9 @@ def test_secret_fields_stay_out_of_reprs() -> None:
         ("", None),
     ],
 )
-def test_parse_content_range(value: str, parsed: proto.ContentRange | None) -> None:
+def test_parse_content_range(value: str, parsed: answers.ContentRange | None) -> None:
     """Content-Range parses strictly; malformed or inconsistent ones are None."""
-    assert proto.parse_content_range(value) == parsed
+    assert answers.parse_content_range(value) == parsed
 
 
 def test_build_cursor_refuses_endless_repeated_pages() -> None:

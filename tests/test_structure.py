@@ -22,6 +22,7 @@ LAYERS: list[tuple[str, ...]] = [
         "_convert",
         "_record_decoder",
         "_protocol",
+        "_answers",
         "_retry",
         "_validation",
         "_cursors",

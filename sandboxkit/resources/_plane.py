@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
 import attrs
 
+from .._answers import error_for
 from .._calls import Calls
 from .._config import Timeout
-from .._transport import HostPool, StreamingResponse, error_from
+from .._transport import HostPool, StreamingResponse
 from .._validation import check_remote_path
-from ..errors import APIError, RedirectNotFollowedError, ValidationError
+from ..errors import APIError, ValidationError
 
 __all__ = [
     "ERROR_BODY_LIMIT",
@@ -71,14 +73,7 @@ async def status_error(response: StreamingResponse, operation: str, pool: HostPo
     `RedirectNotFollowedError` with its status, without reading the body or `Location`.
     """
     status = response.status
-    if 300 <= status < 400:
-        return RedirectNotFollowedError(
-            f"{operation}: the data plane answered {status} (a redirect); it is not followed, "
-            "so the sandbox access token goes to no other host",
-            status=status,
-            surface="data",
-        )
     if status == 429:
         pool.on_throttled()
-    body = await response.read(ERROR_BODY_LIMIT)
-    return error_from(status, response.headers, body, "data")
+    body = b"" if 300 <= status < 400 else await response.read(ERROR_BODY_LIMIT)
+    return error_for(status, response.headers, body, "data", operation=operation, now=time.time())

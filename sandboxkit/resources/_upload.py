@@ -20,9 +20,10 @@ from typing import IO, Any
 import anyio
 import attrs
 
+from .._answers import decode_json
 from .._config import Timeout
 from .._convert import structure
-from .._protocol import FILES_PATH, REQUEST_ID, decode_json
+from .._protocol import FILES_PATH, REQUEST_ID
 from .._retry import RetryPolicy, is_retryable
 from .._transport import multipart_file
 from ..errors import (

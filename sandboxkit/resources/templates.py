@@ -10,6 +10,7 @@ import attrs
 
 from .. import _protocol as proto
 from .. import _validation as check
+from .._answers import unwrap_v2
 from .._calls import Calls, decode_reply
 from .._config import Timeout
 from .._convert import unstructure
@@ -159,7 +160,7 @@ class Templates:
             headers={proto.IDEMPOTENCY_KEY: key},
         )
         reply = await self._calls.send(request, timeout=timeout, retry=retry)
-        data = proto.unwrap_v2(reply.payload)
+        data = unwrap_v2(reply.payload)
         if not isinstance(data, dict):
             raise ResponseDecodeError(
                 "templates.create: no data object in the answer",
@@ -197,7 +198,7 @@ class Templates:
             idempotent=False,
         )
         reply = await self._calls.send(request, timeout=timeout)
-        return proto.unwrap_v2(reply.payload)
+        return unwrap_v2(reply.payload)
 
     def builds(
         self,
@@ -308,7 +309,7 @@ class Templates:
             params=cursor.params(),
         )
         reply = await self._calls.send(request, timeout=options.timeout, retry=options.retry)
-        return decode_reply(reply, proto.unwrap_v2(reply.payload), LogPage)
+        return decode_reply(reply, unwrap_v2(reply.payload), LogPage)
 
     async def _logs(
         self,

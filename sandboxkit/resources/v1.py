@@ -14,7 +14,8 @@ from typing import Any, TypeVar
 
 from .. import _protocol as proto
 from .. import _validation as check
-from .._calls import Calls, Reply
+from .._answers import Reply
+from .._calls import Calls
 from .._config import Timeout
 from .._convert import structure, unstructure
 from .._retry import RetryPolicy
