@@ -2,9 +2,9 @@
 
 A plain `Task.cancel()` gets through `anyio.CancelScope(shield=True)`, so a second one used
 to cut cleanup short: a download left its `.part` file and an open handle behind. The
-transfer tests hold a transfer mid-flight on a loopback server that stops sending, cancel
-it, let one loop turn pass (the cleanup is then under way) and cancel again; the task must
-end cancelled with nothing left.
+transfer tests hold a transfer mid-flight on a loopback server that stops sending (or stops
+reading), cancel it, let one loop turn pass (the cleanup is then under way) and cancel
+again; the task must end cancelled with nothing left.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import sandboxkit
 from sandboxkit._cancel import raise_held, wait_through_cancels
 from sandboxkit.emulator import EmulatorResolver
 
-from .reliability_support import busy_connections, part_files
+from .reliability_support import busy_connections, part_files, sessions_of, settle
 from .test_cancellation import loop_reports
 
 __all__ = ["HoldingServer", "loop_reports"]  # loop_reports: the autouse fixture, re-exported
@@ -33,6 +33,7 @@ TOTAL = 8 * MiB
 # More than one write batch (4 MiB): when the server stops, a batch has gone to a writer
 # thread, the case whose cleanup waits (and used to be cut short there).
 SENT = 6 * MiB
+HIGH_WATER = 64 * 1024  # asyncio's default: past it, aiohttp's body writer waits to drain
 
 
 class HoldingServer:
@@ -126,6 +127,17 @@ def open_files_under(directory: Path) -> int:
         if target.startswith(f"{directory}{os.sep}"):
             count += 1
     return count
+
+
+def unsent_bytes(client: sandboxkit.Client) -> int:
+    """Bytes the client's connections hold back because their server stopped reading."""
+    total = 0
+    for session in sessions_of(client):
+        connector = session.connector
+        for protocol in connector._acquired if connector is not None else ():
+            if protocol.transport is not None:
+                total += protocol.transport.get_write_buffer_size()
+    return total
 
 
 async def cancel_repeatedly(task: asyncio.Task[Any], times: int) -> None:
@@ -242,5 +254,28 @@ async def test_a_download_cancelled_again_while_it_cleans_up_leaves_nothing(
         await cancel_repeatedly(task, cancels)
         assert task.cancelled()
         assert part_files(tmp_path) == [] and not dest.exists()
+        assert open_files_under(tmp_path) == 0
+        assert busy_connections(client) == 0
+
+
+@pytest.mark.parametrize("cancels", [1, 2])
+async def test_an_upload_cancelled_while_its_server_stops_reading_closes_its_source(
+    holding: HoldingServer, tmp_path: Path, cancels: int
+) -> None:
+    """An upload whose server stopped reading, cancelled once or twice, ends cancelled with
+    its source file closed (aiohttp never closes a body it stops sending)."""
+    source = tmp_path / "source.bin"
+    source.write_bytes(os.urandom(64 * MiB))  # more than the socket buffers take
+    async with holding.client() as client:
+        sbx = client.sandbox(sandbox_key="s", domain=holding.domain(), access_token="t")
+        task = asyncio.create_task(sbx.files.upload("/up.bin", source))
+        with anyio.fail_after(LIMIT):
+            await holding.holding.wait()
+            # Until the socket is full, the body's reader may be mid-read; past the high-water
+            # mark aiohttp's writer waits to drain, with the source suspended between chunks.
+            assert await settle(lambda: unsent_bytes(client) > HIGH_WATER, rounds=10**7)
+        assert open_files_under(tmp_path) == 1
+        await cancel_repeatedly(task, cancels)
+        assert task.cancelled()
         assert open_files_under(tmp_path) == 0
         assert busy_connections(client) == 0
