@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import ssl as ssl_module
 from collections.abc import Mapping, Sequence
@@ -13,6 +14,7 @@ import aiohttp
 
 from . import _protocol as proto
 from ._calls import Calls
+from ._cancel import raise_held, wait_through_cancels
 from ._client_config import ClientConfig
 from ._config import Limits, Timeout
 from ._retry import RetryPolicy
@@ -148,8 +150,19 @@ class Client:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close every pool. Idempotent; the client cannot be used afterwards."""
-        await self._transport.aclose()
+        """Close every pool. Idempotent; the client cannot be used afterwards.
+
+        It runs to the end even when its task is cancelled meanwhile (as `async with` does
+        after a cancellation), then ends in that cancellation.
+        """
+        # In a task of its own: a cancellation interrupting it half-way left the sessions
+        # after the one being closed open for good.
+        closing = asyncio.ensure_future(self._transport.aclose())
+        held = await wait_through_cancels(closing)
+        if held is not None and not closing.cancelled():
+            closing.exception()  # retrieved: the cancellation is what this call ends in
+        raise_held(held, None)
+        closing.result()
 
     @property
     def closed(self) -> bool:

@@ -1,10 +1,10 @@
 """Cleanup that survives repeated cancellation: a transfer cancelled again while it cleans up.
 
 A plain `Task.cancel()` gets through `anyio.CancelScope(shield=True)`, so a second one used
-to cut cleanup short: a download left its `.part` file and an open handle behind. The
-transfer tests hold a transfer mid-flight on a loopback server that stops sending (or stops
-reading), cancel it, let one loop turn pass (the cleanup is then under way) and cancel
-again; the task must end cancelled with nothing left.
+to cut cleanup short: a download left its `.part` file and an open handle behind, and
+`async with Client` left sessions open. The transfer tests hold a transfer mid-flight on a
+loopback server that stops sending (or stops reading), cancel it, let one loop turn pass (the
+cleanup is then under way) and cancel again; the task must end cancelled with nothing left.
 """
 
 from __future__ import annotations
@@ -17,11 +17,13 @@ from typing import Any
 
 import anyio
 import pytest
+from aiohttp import web
 
 import sandboxkit
 from sandboxkit._cancel import raise_held, wait_through_cancels
 from sandboxkit.emulator import EmulatorResolver
 
+from .conftest import ScriptServer
 from .reliability_support import busy_connections, part_files, sessions_of, settle
 from .test_cancellation import loop_reports
 
@@ -279,3 +281,55 @@ async def test_an_upload_cancelled_while_its_server_stops_reading_closes_its_sou
         assert task.cancelled()
         assert open_files_under(tmp_path) == 0
         assert busy_connections(client) == 0
+
+
+async def test_a_client_closed_by_a_task_cancelled_twice_closes_every_session(
+    server: ScriptServer,
+) -> None:
+    """`async with Client` whose task is cancelled again while it closes its pools still
+    closes every session."""
+    release = asyncio.Event()
+    holding = asyncio.Event()
+
+    async def download(request: web.Request) -> web.StreamResponse:
+        if request.query.get("path") == "/small.bin":
+            return web.Response(body=b"x" * 100)
+        response = web.StreamResponse()
+        response.content_length = 2 * MiB
+        await response.prepare(request)
+        await response.write(b"y" * MiB)
+        holding.set()
+        await release.wait()
+        return response
+
+    server.always("GET", "/files", download)
+    port = server.url.rsplit(":", 1)[1]
+    client = sandboxkit.Client(
+        api_key="sk-unused",
+        base_url=server.url,
+        data_plane_scheme="http",
+        resolver=EmulatorResolver(),
+        retry=sandboxkit.RetryPolicy.no_delay(max_attempts=1),
+    )
+    boxes = [
+        client.sandbox(sandbox_key=f"s{n}", domain=f"sandbox.test:{port}", access_token="t")
+        for n in range(3)
+    ]
+    for idle in boxes[1:]:  # pools holding an idle connection: closing them takes a turn
+        await idle.files.read_bytes("/small.bin")
+    sessions = sessions_of(client)
+
+    async def work() -> None:
+        async with client:
+            await boxes[0].files.read_bytes("/big.bin")
+
+    task = asyncio.create_task(work())
+    try:
+        with anyio.fail_after(LIMIT):
+            await holding.wait()
+        await cancel_repeatedly(task, 2)
+    finally:
+        release.set()
+    assert task.cancelled()
+    assert len(sessions) == 2 and all(session.closed for session in sessions)
+    assert client.closed and sessions_of(client) == []
