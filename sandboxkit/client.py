@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import ssl as ssl_module
 from collections.abc import Mapping, Sequence
 from types import TracebackType
@@ -12,6 +13,7 @@ import aiohttp
 from . import _protocol as proto
 from ._answers import unwrap_v2
 from ._calls import Calls
+from ._cancel import raise_held, wait_through_cancels
 from ._client_config import ClientConfig
 from ._config import Limits, Timeout, resolve_api_key, resolve_base_url
 from ._retry import RetryPolicy
@@ -124,8 +126,19 @@ class Client:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close every pool. Idempotent; the client cannot be used afterwards."""
-        await self._transport.aclose()
+        """Close every pool. Idempotent; the client cannot be used afterwards.
+
+        It runs to the end even when its task is cancelled meanwhile (as `async with` does
+        after a cancellation), then ends in that cancellation.
+        """
+        # In a task of its own: a cancellation interrupting it half-way left the sessions
+        # after the one being closed open for good.
+        closing = asyncio.ensure_future(self._transport.aclose())
+        held = await wait_through_cancels(closing)
+        if held is not None and not closing.cancelled():
+            closing.exception()  # retrieved: the cancellation is what this call ends in
+        raise_held(held, None)
+        closing.result()
 
     @property
     def closed(self) -> bool:

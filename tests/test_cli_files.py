@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
+import queue
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
+from typing import IO, Any, TypeVar
 
 import pytest
 from click.testing import CliRunner
@@ -18,9 +22,12 @@ from click.testing import CliRunner
 from sandboxkit.cli import cli
 from sandboxkit.cli._progress import TransferBar
 from sandboxkit.emulator import Fault
+from sandboxkit.resources._download import WRITE_BATCH
+from tests.test_cancel_twice import HoldingServer
 from tests.test_cli import EmulatorThread, assert_one_line_error, invoke
 
 MiB = 1 << 20
+T = TypeVar("T")
 
 
 @pytest.fixture(scope="module")
@@ -167,6 +174,111 @@ def test_signal_during_download_exits_cleanly_and_leaves_nothing(
     assert process.returncode == code, stderr
     assert stderr.strip().splitlines() == [line]
     assert list(tmp_path.iterdir()) == []
+
+
+class _HoldingThread:
+    """A `HoldingServer` (a download stops midway) on an event loop in a daemon thread."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self.server: HoldingServer
+
+    def call(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run `coroutine` on the server's loop and wait (at most 20 s) for its result."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout=20)
+
+    async def _start(self) -> HoldingServer:
+        server = HoldingServer()
+        await server.start()
+        return server
+
+    def __enter__(self) -> _HoldingThread:
+        self._thread.start()
+        self.server = self.call(self._start())
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.call(self.server.stop())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+
+    def env(self) -> dict[str, str]:
+        """Environment naming a sandbox on this server for the `files` commands."""
+        return {
+            "SANDBOXKIT_SANDBOX_KEY": "s",
+            "SANDBOXKIT_SANDBOX_DOMAIN": self.server.domain(),
+            "SANDBOXKIT_SANDBOX_TOKEN": "t",
+            "SANDBOXKIT_DATA_PLANE_SCHEME": "http",
+        }
+
+
+class _Lines:
+    """The lines a child writes to one pipe, read by a thread so that waits can time out."""
+
+    def __init__(self, pipe: IO[str]) -> None:
+        self.seen: list[str] = []
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._read, args=(pipe,), daemon=True)
+        self._thread.start()
+
+    def _read(self, pipe: IO[str]) -> None:
+        for line in pipe:
+            self._queue.put(line)
+        self._queue.put(None)
+
+    def wait_for(self, wanted: str, timeout: float = 20.0) -> None:
+        """Read up to the line `wanted`."""
+        deadline = time.monotonic() + timeout
+        while not self.seen or self.seen[-1].strip() != wanted:
+            line = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+            if line is None:
+                raise AssertionError(f"the pipe ended before {wanted!r}: {self.seen}")
+            self.seen.append(line)
+
+    def all(self, timeout: float = 20.0) -> list[str]:
+        """Every line, once the pipe has ended."""
+        deadline = time.monotonic() + timeout
+        while (line := self._queue.get(timeout=max(0.0, deadline - time.monotonic()))) is not None:
+            self.seen.append(line)
+        return "".join(self.seen).strip().splitlines()
+
+
+@pytest.mark.parametrize(
+    ("signum", "code", "line"),
+    [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")],
+)
+def test_a_second_signal_while_exiting_changes_nothing(
+    tmp_path: Path, signum: signal.Signals, code: int, line: str
+) -> None:
+    """A second Ctrl-C or SIGTERM, sent once the interrupted download has cleaned up and
+    said so, leaves the status, the one line of output and the empty directory unchanged."""
+    with (
+        _HoldingThread() as held,
+        _cli_process("files", "download", "/f.bin", str(tmp_path), env=held.env()) as process,
+    ):
+        stderr = _Lines(process.stderr)  # type: ignore[arg-type]
+        try:
+            held.call(held.server.holding.wait())
+            # A first write batch is on disk: the cleanup has a writer thread to wait for.
+            _wait_for(lambda: _part_size(tmp_path) >= WRITE_BATCH, "a batch on disk")
+            process.send_signal(signum)
+            stderr.wait_for(line)  # the process is on its way out
+            process.send_signal(signum)
+            process.wait(timeout=20)
+        finally:
+            process.kill()
+            process.wait()
+        lines = stderr.all()
+    assert process.returncode == code, lines
+    assert lines == [line]
+    assert list(tmp_path.iterdir()) == []
+
+
+def _part_size(directory: Path) -> int:
+    parts = [p for p in directory.iterdir() if p.suffix == ".part"]
+    return parts[0].stat().st_size if parts else 0
 
 
 def test_emulator_command_serves_until_ctrl_c() -> None:

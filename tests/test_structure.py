@@ -30,7 +30,7 @@ LAYERS: list[tuple[str, ...]] = [
         "_version",
         "_resume",
     ),
-    ("_transport",),
+    ("_transport", "_cancel"),
     ("_calls",),
     ("resources",),
     ("client", "_client_config"),

@@ -7,10 +7,12 @@ or a usage error; nothing was sent), 130 interrupted (Ctrl-C), 143 terminated (S
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import signal
 import ssl
 import sys
+import threading
 import traceback
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, NoReturn, TypeVar
@@ -39,6 +41,8 @@ EXIT_API = 1
 EXIT_INPUT = 2
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
+# What `run_cancellable` turns into the task's cancellation: Ctrl-C, and a request to stop.
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 # Placeholders for the control plane when only the data plane is used: `Client` requires an
 # API key and a base URL, but `files` commands never send anything to the console.
@@ -104,25 +108,65 @@ class Settings:
 def run_cancellable(work: Callable[[], Awaitable[T]]) -> T:
     """`asyncio.run(work())`, where Ctrl-C and SIGTERM both cancel the task.
 
-    asyncio turns Ctrl-C into a cancellation and then `KeyboardInterrupt`; SIGTERM would
-    kill the process outright, skipping the cleanup that cancellation runs (a download's
-    temporary file), so it cancels too and surfaces as `CancelledError`.
+    SIGTERM would otherwise kill the process outright, skipping the cleanup that cancellation
+    runs (a download's temporary file). The first Ctrl-C or SIGTERM decides the outcome:
+    `KeyboardInterrupt` for Ctrl-C, `CancelledError` for SIGTERM; any later one is ignored
+    (see `_Interrupts`).
     """
-    return asyncio.run(_call(work))
+    interrupts = _Interrupts()
+    if threading.current_thread() is not threading.main_thread():
+        return asyncio.run(_call(work, interrupts))  # only the main thread gets signals
+    previous = {signum: signal.signal(signum, interrupts) for signum in _SIGNALS}
+    try:
+        return asyncio.run(_call(work, interrupts))
+    except asyncio.CancelledError:
+        if interrupts.first == signal.SIGINT:
+            raise KeyboardInterrupt from None
+        raise
+    finally:
+        if interrupts.first is None:  # after one the process is on its way out: still ignored
+            for signum, handler in previous.items():
+                signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
 
 
-async def _call(work: Callable[[], Awaitable[T]]) -> T:
+class _Interrupts:
+    """The signal handler of `run_cancellable`: the first signal cancels the task.
+
+    From then on both signals are ignored until the process ends, so the cleanup under way
+    runs to its end and the exit status stays the first one's. asyncio's own handling raised
+    `KeyboardInterrupt` on a second Ctrl-C wherever the loop happened to be, cutting the
+    cleanup short (a `.part` left behind) or breaking the loop's teardown (`'NoneType' object
+    has no attribute 'fileno'`); after the loop, the default handlers killed the process with
+    another status.
+    """
+
+    def __init__(self) -> None:
+        self.first: int | None = None
+        self.cancel: Callable[[], object] | None = None  # set while the task runs
+
+    def __call__(self, signum: int, frame: object) -> None:
+        for each in _SIGNALS:
+            # SIG_IGN, unlike a handler of ours, stays in force through the interpreter's
+            # own teardown.
+            signal.signal(each, signal.SIG_IGN)
+        self.first = signum
+        if self.cancel is not None:
+            self.cancel()
+
+
+async def _call(work: Callable[[], Awaitable[T]], interrupts: _Interrupts) -> T:
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
     assert task is not None
+    # The handler runs between any two bytecodes, the loop's own included: it only queues
+    # the cancellation (which also wakes the loop from its wait for I/O).
+    interrupts.cancel = functools.partial(loop.call_soon_threadsafe, task.cancel)
     try:
-        loop.add_signal_handler(signal.SIGTERM, task.cancel)
-    except (NotImplementedError, RuntimeError, ValueError):
-        return await work()  # Windows, or not the main thread: no handler, same work
-    try:
+        if interrupts.first is not None:  # it came before the handler could cancel
+            task.cancel()
         return await work()
     finally:
-        loop.remove_signal_handler(signal.SIGTERM)
+        interrupts.cancel = None
 
 
 def describe(exc: BaseException) -> str:

@@ -12,7 +12,7 @@ import contextlib
 import hashlib
 import os
 import secrets
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
 from typing import IO, Any, Protocol
 
@@ -20,6 +20,7 @@ import anyio
 import attrs
 from anyio.streams.memory import MemoryObjectSendStream
 
+from .._cancel import raise_held, wait_through_cancels
 from .._config import Timeout
 from .._protocol import ACCEPT_RANGES, CONTENT_RANGE, FILES_PATH, RANGE
 from .._resume import Action, Mode, ResponseInfo, ResumeState
@@ -50,7 +51,9 @@ class _FileSink:
     """A temporary file, written and hashed in a worker thread a batch at a time.
 
     One batch is written while the next is read from the network: at most one write is in
-    flight, so the bytes land in order, and memory holds at most two batches.
+    flight, so the bytes land in order, and memory holds at most two batches. Every thread
+    call on the file (write, reset, commit) is the one `_pending` future, which cancelling
+    the download never cancels: `quiesce()` waits for it before the file is closed.
     """
 
     def __init__(self, handle: IO[bytes], checksum: bool) -> None:
@@ -66,27 +69,42 @@ class _FileSink:
         if self._batched >= WRITE_BATCH:
             await self._settle()
             batch, self._batch, self._batched = self._batch, [], 0
-            self._pending = asyncio.ensure_future(anyio.to_thread.run_sync(self._write, batch))
+            self._submit(self._write, batch)
+
+    def _submit(self, work: Callable[..., None], *args: Any) -> None:
+        self._pending = asyncio.ensure_future(anyio.to_thread.run_sync(work, *args))
 
     async def _settle(self) -> None:
-        if self._pending is not None:
-            pending, self._pending = self._pending, None
-            await pending  # a failed write raises here
+        pending = self._pending
+        if pending is not None:
+            # Shielded: a cancellation must not cancel the thread call (its thread would run
+            # on, unowned, while the file is closed under it); quiesce() waits for it instead.
+            await asyncio.shield(pending)  # a failed write raises here
+            self._pending = None
 
     async def flush(self) -> None:
         await self._settle()
         if self._batch:
             batch, self._batch, self._batched = self._batch, [], 0
-            await anyio.to_thread.run_sync(self._write, batch)
+            self._submit(self._write, batch)
+            await self._settle()
 
-    async def quiesce(self) -> None:
-        """Wait, even while cancelled, until no thread touches the file (before removing it)."""
+    async def commit(self, temp: Path, dest: Path) -> None:
+        """Close the file and rename it to `dest` (everything was flushed)."""
+        await self._settle()
+        self._submit(_commit, self._handle, temp, dest)
+        await self._settle()
+
+    async def quiesce(self) -> asyncio.CancelledError | None:
+        """Wait, however many times the task is cancelled meanwhile, until no thread touches
+        the file (before it is closed and removed); returns the cancellation held back."""
         pending, self._pending = self._pending, None
-        if pending is not None:
-            with anyio.CancelScope(shield=True):
-                await asyncio.wait([pending])
-            if not pending.cancelled():
-                pending.exception()  # the error that matters is already propagating
+        if pending is None:
+            return None
+        held = await wait_through_cancels(pending)
+        if not pending.cancelled():
+            pending.exception()  # the error that matters is already propagating
+        return held
 
     def _write(self, batch: list[bytes]) -> None:
         # Each piece is let go as soon as it is written, so memory stays level instead of
@@ -103,7 +121,8 @@ class _FileSink:
     async def truncate(self) -> None:
         await self._settle()
         self._batch, self._batched = [], 0
-        await anyio.to_thread.run_sync(self._reset)
+        self._submit(self._reset)
+        await self._settle()
 
     def _reset(self) -> None:
         self._handle.seek(0)
@@ -264,12 +283,16 @@ async def download_to_file(
     sink = _FileSink(handle, checksum)
     try:
         state = await fetch(request, "file", sink, progress)
-        await anyio.to_thread.run_sync(_commit, handle, temp, dest)
-    except BaseException:
-        await sink.quiesce()
+        await sink.commit(temp, dest)
+    except BaseException as exc:
+        # Cancelled again while this runs, it still closes and removes the file; a
+        # cancellation that arrives during a commit lets the rename finish (dest is then the
+        # whole file), and the call ends cancelled all the same.
+        held = await sink.quiesce()
         handle.close()
         with contextlib.suppress(FileNotFoundError):
             temp.unlink()
+        raise_held(held, exc)
         raise
     return DownloadResult(
         path=dest,
@@ -314,10 +337,12 @@ async def stream_chunks(request: Request) -> AsyncGenerator[bytes, None]:
             async for chunk in receive:
                 yield chunk
         await task  # the channel closed: the download ended, or failed with this error
-    finally:
-        if not task.done():
-            task.cancel()
-        with anyio.CancelScope(shield=True):
-            await asyncio.wait([task])
+    except BaseException as exc:  # GeneratorExit (closed early) and cancellation included
+        task.cancel()
+        # However many cancellations arrive meanwhile: the stream is not over until its
+        # download has let go of its connection.
+        held = await wait_through_cancels(task)
         if not task.cancelled():
             task.exception()  # retrieved here, so asyncio never logs it as forgotten
+        raise_held(held, exc)
+        raise

@@ -8,6 +8,7 @@ never retried, and its error says so.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
 import io
@@ -21,6 +22,7 @@ import anyio
 import attrs
 
 from .._answers import decode_json
+from .._cancel import raise_held, wait_through_cancels
 from .._config import Timeout
 from .._convert import structure
 from .._protocol import FILES_PATH, REQUEST_ID
@@ -205,7 +207,10 @@ async def send_file(
                 local_failure.append(exc)
                 raise
 
-        async with transport.hosts.lease(plane.origin, plane.token) as pool:
+        async with (
+            _Body(body()) as chunks,
+            transport.hosts.lease(plane.origin, plane.token) as pool,
+        ):
             try:
                 async with transport.open_stream(
                     pool,
@@ -214,7 +219,7 @@ async def send_file(
                     operation=OPERATION,
                     timeout=per_request,
                     params=params,
-                    data=multipart_file(filename, body(), source.size),
+                    data=multipart_file(filename, chunks, source.size),
                 ) as response:
                     if not 200 <= response.status < 300:
                         raise await status_error(response, OPERATION, pool)
@@ -237,6 +242,55 @@ async def send_file(
         if replayable or not is_retryable(error, policy):
             raise
         raise _not_retried(error, source.one_shot or "") from error
+
+
+class _Body:
+    """One attempt's body chunks, closed by that attempt rather than left to aiohttp.
+
+    aiohttp pulls the chunks from a task of its own and, when the request ends early (a
+    cancellation, a failure), cancels that task without closing the iterator: the source
+    (an open file) stayed open until garbage collection. Leaving `async with` closes it,
+    after the pull in progress if any, however many times the attempt is cancelled meanwhile.
+    """
+
+    def __init__(self, chunks: AsyncGenerator[bytes, None]) -> None:
+        self._chunks = chunks
+        self._pull: asyncio.Future[None] | None = None  # done when the pull in progress ends
+        self._closed = False
+
+    def __aiter__(self) -> _Body:
+        return self
+
+    async def __anext__(self) -> bytes:
+        if self._closed:  # the attempt is over: a writer still pulling gets an empty rest
+            raise StopAsyncIteration
+        self._pull = pull = asyncio.get_running_loop().create_future()
+        try:
+            return await self._chunks.__anext__()
+        finally:
+            pull.set_result(None)
+            self._pull = None
+
+    async def __aenter__(self) -> _Body:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        self._closed = True
+        held: asyncio.CancelledError | None = None
+        if self._pull is not None:
+            # aiohttp has cancelled its writer by now, so the pull ends at once (and with it,
+            # usually, the source); an open generator cannot be closed while it runs.
+            held = await wait_through_cancels(self._pull)
+        closing = asyncio.ensure_future(self._chunks.aclose())
+        late = await wait_through_cancels(closing)
+        held = late if held is None else held
+        if held is None and exc is None:
+            closing.result()  # nothing else is on its way: a failure to close is the error
+        elif not closing.cancelled():
+            closing.exception()  # retrieved: the exception already on its way matters more
+        raise_held(held, exc)
 
 
 def _entry(status: int, headers: Any, body: bytes) -> FileEntry:
