@@ -12,8 +12,7 @@ Example::
 """
 
 from ._client_config import ClientConfig
-from ._config import Limits, Timeout
-from ._retry import RetryPolicy
+from ._config import Limits, RetryPolicy, Timeout
 from ._version import __version__
 from .client import Client
 from .errors import (

@@ -17,10 +17,10 @@ import anyio
 import attrs
 
 from ._answers import Reply
-from ._config import Timeout
+from ._config import NO_OPTIONS, CallOptions, RetryPolicy, Timeout
 from ._convert import structure
 from ._protocol import ApiRequest
-from ._retry import RetryBudget, RetryPolicy, is_retryable, retry_delay
+from ._retry import RetryBudget, TryAgain, is_retryable, retry_delay
 from ._transport import Transport
 from .errors import (
     APIConnectionError,
@@ -64,50 +64,50 @@ class Calls:
     async def run(
         self,
         operation: str,
-        attempt: Callable[[], Awaitable[T]],
+        attempt: Callable[[Timeout], Awaitable[T | TryAgain]],
         *,
         idempotent: bool,
-        retry: RetryPolicy | None = None,
-        timeout: Timeout | None = None,
-        progressed: Callable[[], bool] | None = None,
+        options: CallOptions = NO_OPTIONS,
+        progress: Callable[[], int] | None = None,
     ) -> T:
         """Call `attempt` until it succeeds or the rules say stop.
 
         Args:
             operation: the name used in logs and errors.
-            attempt: one try; raises sandboxkit exceptions on failure.
+            attempt: one try, given the per-request time limits in force. It returns a
+                value, or `TryAgain` (the operation is not finished: another request carries
+                it on), or raises a sandboxkit exception.
             idempotent: whether a retry is allowed at all.
-            retry: per-call policy override.
-            timeout: per-call timeout override; its `total` bounds the whole loop.
-            progressed: asked after a failed try; True (the try moved a transfer forward)
-                means the try does not count against `max_attempts`.
+            options: this call's overrides; the timeout's `total` bounds the whole loop.
+            progress: a count that grows as a transfer moves forward (bytes held); a try
+                after which it grew does not count against `max_attempts`.
         """
-        self.transport.check_loop()
-        total = (timeout or self.timeout).total
-        if total is None:
-            return await self._loop(
-                operation, attempt, idempotent, retry or self.policy, None, progressed
-            )
-        deadline = self.clock() + total
+        self.transport.check_loop()  # the one check: every operation passes here first
+        timeout = options.timeout or self.timeout
+        policy = options.retry or self.policy
+        if timeout.total is None:
+            return await self._loop(operation, attempt, idempotent, policy, timeout, None, progress)
+        deadline = self.clock() + timeout.total
         try:
-            with anyio.fail_after(total):
+            with anyio.fail_after(timeout.total):
                 return await self._loop(
-                    operation, attempt, idempotent, retry or self.policy, deadline, progressed
+                    operation, attempt, idempotent, policy, timeout, deadline, progress
                 )
         except TimeoutError as exc:
             raise APITimeoutError(
-                f"{operation}: no success within the call's total timeout of {total}s",
+                f"{operation}: no success within the call's total timeout of {timeout.total}s",
                 operation=operation,
             ) from exc
 
     async def _loop(
         self,
         operation: str,
-        attempt: Callable[[], Awaitable[T]],
+        attempt: Callable[[Timeout], Awaitable[T | TryAgain]],
         idempotent: bool,
         policy: RetryPolicy,
+        timeout: Timeout,
         deadline: float | None,
-        progressed: Callable[[], bool] | None = None,
+        progress: Callable[[], int] | None,
     ) -> T:
         spent = 0
         counted = 0
@@ -115,45 +115,47 @@ class Calls:
         malformed_before = False
         while True:
             counted += 1
+            before = progress() if progress is not None else 0
+            failure: SandboxKitError | TryAgain
             try:
-                result = await attempt()
+                outcome = await attempt(timeout)
             except SandboxKitError as error:
-                if progressed is not None and progressed():
-                    # A try that moved a transfer forward is not a failed attempt.
-                    counted -= 1
-                # Backoff grows with the failures that count, so progress also resets it.
-                delay = self._next_delay(error, idempotent, policy, counted, malformed_before)
-                malformed_before = malformed_before or isinstance(error, RemoteProtocolError)
-                if delay is None:
-                    raise
-                if deadline is not None and self.clock() + delay >= deadline:
-                    raise  # waiting would outlive the call: the error is the honest answer
-                cost = self.budget.try_spend(
-                    connection_failure=isinstance(error, APIConnectionError | APITimeoutError)
-                )
-                if cost is None:
-                    logger.warning("%s: retry budget exhausted, not retrying: %s", operation, error)
-                    raise
-                spent += cost
-                retries += 1
-                request_id = getattr(error, "request_id", None)
-                logger.warning(
-                    "retrying %s after %s (attempt %d of %d) in %.2fs%s",
-                    operation,
-                    _describe(error),
-                    retries,
-                    policy.max_attempts,
-                    delay,
-                    f" request_id={request_id}" if request_id else "",  # the data plane has none
-                )
-                await self.sleep(delay)
+                failure = error
             else:
-                self.budget.refund(spent)
-                return result
+                if not isinstance(outcome, TryAgain):
+                    self.budget.refund(spent)
+                    return outcome
+                failure = outcome
+            if progress is not None and progress() > before:
+                counted -= 1  # a try that moved a transfer forward is not a failed attempt
+            # Backoff grows with the failures that count, so progress also resets it.
+            delay = self._next_delay(failure, idempotent, policy, counted, malformed_before)
+            malformed_before = malformed_before or isinstance(failure, RemoteProtocolError)
+            if delay is None or (deadline is not None and self.clock() + delay >= deadline):
+                # No retry left, or waiting would outlive the call: the failure is the answer.
+                raise _as_error(failure, operation)
+            cost = self.budget.try_spend(connection_failure=_is_connection_failure(failure))
+            if cost is None:
+                exhausted = _as_error(failure, operation)
+                logger.warning("%s: retry budget exhausted, not retrying: %s", operation, exhausted)
+                raise exhausted
+            spent += cost
+            retries += 1
+            request_id = getattr(failure, "request_id", None)
+            logger.warning(
+                "retrying %s after %s (attempt %d of %d) in %.2fs%s",
+                operation,
+                _describe(failure),
+                retries,
+                policy.max_attempts,
+                delay,
+                f" request_id={request_id}" if request_id else "",  # the data plane has none
+            )
+            await self.sleep(delay)
 
     def _next_delay(
         self,
-        error: SandboxKitError,
+        failure: SandboxKitError | TryAgain,
         idempotent: bool,
         policy: RetryPolicy,
         counted: int,
@@ -161,32 +163,39 @@ class Calls:
     ) -> float | None:
         if (
             not idempotent
-            or not is_retryable(error, policy, malformed_before=malformed_before)
+            or not is_retryable(failure, policy, malformed_before=malformed_before)
             or counted >= policy.max_attempts
         ):
             return None
-        retry_after = error.retry_after if isinstance(error, APIError) else None
+        retry_after = failure.retry_after if isinstance(failure, APIError) else None
         return retry_delay(policy, max(counted, 1), retry_after, self.rand)
 
-    async def send(
-        self,
-        request: ApiRequest,
-        *,
-        retry: RetryPolicy | None = None,
-        timeout: Timeout | None = None,
-    ) -> Reply:
-        """Send a control-plane request with retries; returns the decoded success."""
-        effective = timeout or self.timeout
+    async def send(self, request: ApiRequest, options: CallOptions = NO_OPTIONS) -> Reply:
+        """Send a control-plane request with retries; returns the deciphered success."""
         return await self.run(
             request.operation,
-            lambda: self.transport.send(request, effective),
+            lambda timeout: self.transport.send(request, timeout),
             idempotent=request.idempotent,
-            retry=retry,
-            timeout=timeout,
+            options=options,
         )
 
 
-def _describe(error: SandboxKitError) -> str:
-    if isinstance(error, APIError):
-        return f"{error.status} {type(error).__name__}"
-    return type(error).__name__
+def _is_connection_failure(failure: SandboxKitError | TryAgain) -> bool:
+    # Costed like a broken connection in the budget: an answer that ended short is one.
+    return isinstance(failure, TryAgain | APIConnectionError | APITimeoutError)
+
+
+def _as_error(failure: SandboxKitError | TryAgain, operation: str) -> SandboxKitError:
+    """The exception a failure ends the call with; a transfer left unfinished is a
+    connection that broke before its answer was complete."""
+    if isinstance(failure, TryAgain):
+        return APIConnectionError(f"{operation}: {failure.reason}", operation=operation)
+    return failure
+
+
+def _describe(failure: SandboxKitError | TryAgain) -> str:
+    if isinstance(failure, TryAgain):
+        return failure.reason
+    if isinstance(failure, APIError):
+        return f"{failure.status} {type(failure).__name__}"
+    return type(failure).__name__

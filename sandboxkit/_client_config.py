@@ -18,8 +18,7 @@ from typing import Any
 
 import attrs
 
-from ._config import API_KEY_ENV, BASE_URL_ENV, Limits, Timeout
-from ._retry import RetryPolicy
+from ._config import API_KEY_ENV, BASE_URL_ENV, Limits, RetryPolicy, Timeout
 from .errors import ValidationError
 
 __all__ = ["ClientConfig", "SSLFactory", "SSLOption"]

@@ -1,10 +1,14 @@
-"""Client option values: plain frozen attrs, passed down whole rather than as option blocks."""
+"""Option values: plain frozen attrs, passed down whole rather than as option blocks.
+
+`Timeout`, `Limits` and `RetryPolicy` are the client's; `CallOptions` carries one call's
+overrides of them. Validators raise `ValidationError` naming the field.
+"""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 import attrs
@@ -14,7 +18,10 @@ from .errors import ValidationError
 __all__ = [
     "API_KEY_ENV",
     "BASE_URL_ENV",
+    "NO_OPTIONS",
+    "CallOptions",
     "Limits",
+    "RetryPolicy",
     "Timeout",
     "at_least",
     "resolve_api_key",
@@ -114,3 +121,53 @@ class Limits:
     per_host_connections: int = attrs.field(default=8, validator=at_least(1))
     max_sandbox_hosts: int = attrs.field(default=256, validator=at_least(1))
     host_idle_seconds: float = attrs.field(default=60.0, validator=seconds())
+
+
+@attrs.frozen
+class RetryPolicy:
+    """How one operation retries.
+
+    Args:
+        max_attempts: requests in all, the first included (1 disables retries).
+        initial_backoff: the first delay's upper bound, in seconds (full jitter below it).
+        max_backoff: the cap on any computed delay.
+        max_retry_after: the longest `Retry-After` we wait for; a longer one raises at once
+            with `retry_after` set on the error.
+        retry_server_errors: also retry a plain 500 (off: DESIGN section 5 surfaces it).
+        honor_retry_after: wait what `Retry-After` says (off only in `no_delay`, for tests).
+    """
+
+    max_attempts: int = attrs.field(default=5, validator=at_least(1))
+    initial_backoff: float = attrs.field(default=0.5, validator=seconds(zero=True))
+    max_backoff: float = attrs.field(default=20.0, validator=seconds(zero=True))
+    max_retry_after: float = attrs.field(default=60.0, validator=seconds(zero=True))
+    retry_server_errors: bool = False
+    honor_retry_after: bool = True
+
+    @classmethod
+    def none(cls) -> RetryPolicy:
+        """A policy that never retries."""
+        return cls(max_attempts=1)
+
+    @classmethod
+    def no_delay(cls, max_attempts: int = 5) -> RetryPolicy:
+        """Retries without waiting, whatever `Retry-After` says: the testing switch."""
+        return cls(
+            max_attempts=max_attempts,
+            initial_backoff=0.0,
+            max_backoff=0.0,
+            honor_retry_after=False,
+        )
+
+
+class CallOptions(NamedTuple):
+    """One call's overrides of the client's defaults, passed down whole (None: the default).
+
+    A NamedTuple, as the per-call records of `_protocol`: one is made for every call.
+    """
+
+    timeout: Timeout | None = None
+    retry: RetryPolicy | None = None
+
+
+NO_OPTIONS = CallOptions()

@@ -23,6 +23,7 @@ __all__ = [
     "CONTENT_RANGE",
     "IDEMPOTENCY_KEY",
     "IDEMPOTENCY_REPLAYED",
+    "IDEMPOTENT_METHODS",
     "IMAGE_NAME_FILTER",
     "IMAGE_OS_SERIES_FILTER",
     "NO_HEADERS",
@@ -47,11 +48,13 @@ __all__ = [
     "data_plane_origin",
     "elastic_ip_associate_path",
     "elastic_ip_path",
+    "is_idempotent",
     "organization_path",
     "query_string",
     "segment",
     "v1_request",
     "v1_template_path",
+    "v2_request",
     "vpc_path",
 ]
 
@@ -195,6 +198,41 @@ class ApiRequest(NamedTuple):
     authenticated: bool = True
 
 
+# DESIGN section 5, the one rule: these methods may be sent again. A POST may only where its
+# operation makes a resend harmless, and says so (`keyed`): templates.create's Idempotency-Key,
+# an upload that overwrites with the same bytes. Any other POST could act twice (mint a second
+# key, container or shell, start a build twice).
+IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "PUT", "DELETE"})
+
+
+def is_idempotent(method: str, *, keyed: bool = False) -> bool:
+    """Whether a request may be retried: its method allows it, or the operation made it safe."""
+    return keyed or method.upper() in IDEMPOTENT_METHODS
+
+
+def v2_request(
+    method: Method,
+    path: str,
+    *,
+    operation: str,
+    params: Sequence[tuple[str, str]] = (),
+    json: Any = None,
+    headers: Mapping[str, str] = NO_HEADERS,
+    keyed: bool = False,
+) -> ApiRequest:
+    """A v2 control-plane request, retried as `is_idempotent` says."""
+    return ApiRequest(
+        method,
+        path,
+        operation=operation,
+        surface="v2",
+        idempotent=is_idempotent(method, keyed=keyed),
+        params=params,
+        json=json,
+        headers=headers,
+    )
+
+
 def v1_request(
     method: Method,
     path: str,
@@ -204,14 +242,13 @@ def v1_request(
     params: Sequence[tuple[str, str]] = (),
     authenticated: bool = True,
 ) -> ApiRequest:
-    """A v1 request. GET and DELETE may be retried; a v1 POST never is (DESIGN section 5):
-    a resend could mint a second key, container or shell."""
+    """A v1 request, retried as `is_idempotent` says: a v1 POST never is."""
     return ApiRequest(
         method,
         path,
         operation=operation,
         surface="v1",
-        idempotent=method in ("GET", "DELETE"),
+        idempotent=is_idempotent(method),
         params=params,
         json=json,
         authenticated=authenticated,

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import attrs
 
-from ._config import at_least, seconds
+from ._config import RetryPolicy
 from ._protocol import RETRYABLE_STATUSES
 from .errors import (
     APIConnectionError,
@@ -27,7 +27,7 @@ from .errors import (
 __all__ = [
     "ConcurrencyWindow",
     "RetryBudget",
-    "RetryPolicy",
+    "TryAgain",
     "backoff_delay",
     "is_retryable",
     "retry_delay",
@@ -35,44 +35,19 @@ __all__ = [
 
 
 @attrs.frozen
-class RetryPolicy:
-    """How one operation retries.
+class TryAgain:
+    """An attempt's verdict that the operation is not finished and another request should
+    carry it on (a body that ended short, an answer whose range cannot be trusted).
 
-    Args:
-        max_attempts: requests in all, the first included (1 disables retries).
-        initial_backoff: the first delay's upper bound, in seconds (full jitter below it).
-        max_backoff: the cap on any computed delay.
-        max_retry_after: the longest `Retry-After` we wait for; a longer one raises at once
-            with `retry_after` set on the error.
-        retry_server_errors: also retry a plain 500 (off: DESIGN section 5 surfaces it).
-        honor_retry_after: wait what `Retry-After` says (off only in `no_delay`, for tests).
+    Returned, not raised: it is not an error of the service's, and the retry loop treats it
+    as a retryable failure without inferring that from an exception's class.
     """
 
-    max_attempts: int = attrs.field(default=5, validator=at_least(1))
-    initial_backoff: float = attrs.field(default=0.5, validator=seconds(zero=True))
-    max_backoff: float = attrs.field(default=20.0, validator=seconds(zero=True))
-    max_retry_after: float = attrs.field(default=60.0, validator=seconds(zero=True))
-    retry_server_errors: bool = False
-    honor_retry_after: bool = True
-
-    @classmethod
-    def none(cls) -> RetryPolicy:
-        """A policy that never retries."""
-        return cls(max_attempts=1)
-
-    @classmethod
-    def no_delay(cls, max_attempts: int = 5) -> RetryPolicy:
-        """Retries without waiting, whatever `Retry-After` says: the testing switch."""
-        return cls(
-            max_attempts=max_attempts,
-            initial_backoff=0.0,
-            max_backoff=0.0,
-            honor_retry_after=False,
-        )
+    reason: str
 
 
 def is_retryable(
-    error: SandboxKitError, policy: RetryPolicy, *, malformed_before: bool = False
+    error: SandboxKitError | TryAgain, policy: RetryPolicy, *, malformed_before: bool = False
 ) -> bool:
     """Whether `error` may be retried at all (the operation must be idempotent too).
 
@@ -80,6 +55,8 @@ def is_retryable(
     HTTP. The first such answer is retried once, on a fresh connection: a reused keep-alive
     connection can hold stray bytes of a previous answer. A second one is the server's own.
     """
+    if isinstance(error, TryAgain):
+        return True
     if isinstance(error, APIError):
         if error.status in RETRYABLE_STATUSES:
             return True

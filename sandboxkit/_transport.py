@@ -13,7 +13,6 @@ import functools
 import socket
 import ssl as ssl_module
 import time
-from collections import OrderedDict
 from collections.abc import (
     AsyncGenerator,
     AsyncIterable,
@@ -26,11 +25,17 @@ from collections.abc import (
 from typing import Any, TypeVar
 
 import aiohttp
-import anyio
-import attrs
 
-from ._answers import DECODABLE_CODINGS, ContentDecoder, Reply, content_coding, decipher
+from ._answers import (
+    DECODABLE_CODINGS,
+    ContentDecoder,
+    Reply,
+    content_coding,
+    decipher,
+    error_for,
+)
 from ._config import Limits, Timeout
+from ._pools import HostKey, HostPools
 from ._protocol import (
     ACCEPT_ENCODING,
     ACCESS_TOKEN,
@@ -40,10 +45,10 @@ from ._protocol import (
     ApiRequest,
     query_string,
 )
-from ._retry import ConcurrencyWindow
 from ._version import __version__
 from .errors import (
     APIConnectionError,
+    APIError,
     APITimeoutError,
     CertificateVerificationError,
     ClientStateError,
@@ -57,8 +62,7 @@ from .errors import (
 
 __all__ = [
     "CONTROL_BODY_LIMIT",
-    "HostPool",
-    "HostPools",
+    "ERROR_BODY_LIMIT",
     "StreamingResponse",
     "Transport",
     "multipart_file",
@@ -70,6 +74,9 @@ SSLOption = ssl_module.SSLContext | bool
 # A control-plane answer is JSON of a few KiB; past this size it is not one the interface
 # shows, and reading on would let a broken or hostile server fill memory (or never stop).
 CONTROL_BODY_LIMIT = 32 << 20
+# Data-plane error bodies are `{message}`: a few KiB at most. Reading more would let a hostile
+# or broken server make us buffer a file's worth of bytes.
+ERROR_BODY_LIMIT = 64 * 1024
 
 
 async def _mapped(awaitable: Awaitable[T], operation: str) -> T:
@@ -260,6 +267,26 @@ class StreamingResponse:
             )
         return ContentDecoder(self.coding)
 
+    async def error(self) -> APIError:
+        """The exception this (non-success) answer calls for; its body is read, capped.
+
+        A 3xx body is not read: a redirect is never followed, whatever it says.
+        """
+        status = self.status
+        body = b"" if 300 <= status < 400 else await self.read(ERROR_BODY_LIMIT)
+        return error_for(
+            status, self.headers, body, "data", operation=self._operation, now=time.time()
+        )
+
+    async def reply(self, limit: int) -> Reply:
+        """The whole (JSON) answer deciphered: its payload, or the exception it calls for."""
+        if not 200 <= self.status < 300:
+            raise await self.error()
+        body = await self.read(limit)
+        return decipher(
+            self.status, self.headers, body, "data", operation=self._operation, now=time.time()
+        )
+
     async def read(self, limit: int = 1 << 20) -> bytes:
         """Read the whole (small) body; an error body is capped so a huge one cannot hurt."""
         if self.coding is None:
@@ -313,179 +340,6 @@ def multipart_file(filename: str, chunks: AsyncIterable[bytes], size: int | None
     return writer
 
 
-@attrs.define(eq=False)
-class HostPool:
-    """One sandbox host's session, its AIMD concurrency window, and how busy it is."""
-
-    key: tuple[str, str] = attrs.field(repr=False)  # (origin, token): no token in a repr
-    session: aiohttp.ClientSession
-    window: ConcurrencyWindow
-    limiter: anyio.CapacityLimiter
-    in_flight: int = 0
-    last_used: float = 0.0
-    closing: bool = False
-
-    @property
-    def origin(self) -> str:
-        """`scheme://host[:port]` of the sandbox."""
-        return self.key[0]
-
-    def on_throttled(self) -> None:
-        """A 429 from this host: halve its window (others are untouched)."""
-        self.limiter.total_tokens = self.window.on_throttled()
-
-    def on_success(self) -> None:
-        """A success from this host: let its window grow again."""
-        allowed = self.window.on_success()
-        if allowed != self.limiter.total_tokens:
-            self.limiter.total_tokens = allowed
-
-
-class HostPools:
-    """An LRU of sandbox host pools, bounded, closed when idle, never under a request."""
-
-    def __init__(
-        self,
-        limits: Limits,
-        make_session: Callable[[str, str], aiohttp.ClientSession],
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._limits = limits
-        self._make_session = make_session
-        self._clock = clock
-        self._pools: OrderedDict[tuple[str, str], HostPool] = OrderedDict()
-        self._released = asyncio.Condition()
-        self._next_sweep = float("-inf")
-        self._waiting = 0
-
-    def __len__(self) -> int:
-        return len(self._pools)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._pools
-
-    def get(self, origin: str, token: str) -> HostPool | None:
-        """The live pool for this host and token, without touching the LRU order."""
-        return self._pools.get((origin, token))
-
-    @contextlib.asynccontextmanager
-    async def lease(self, origin: str, token: str) -> AsyncIterator[HostPool]:
-        """Hold one of the host's request slots for the duration of one request."""
-        pool = await self._checkout(origin, token)
-        borrower = object()
-        try:
-            await pool.limiter.acquire_on_behalf_of(borrower)
-        except BaseException:
-            await self._checkin(pool)
-            raise
-        try:
-            yield pool
-        finally:
-            pool.limiter.release_on_behalf_of(borrower)
-            await self._checkin(pool)
-
-    async def _checkout(self, origin: str, token: str) -> HostPool:
-        key = (origin, token)
-        while True:
-            await self._sweep()
-            pool = self._pools.get(key)
-            if pool is not None and not pool.closing:
-                self._pools.move_to_end(key)
-                break
-            if len(self._pools) < self._limits.max_sandbox_hosts:
-                # No await between this check and the insert: the bound cannot be overrun.
-                pool = self._open(key)
-                break
-            victim = self._pop_least_recent_idle()
-            if victim is not None:
-                await victim.session.close()
-                continue  # others may have taken the freed place meanwhile: check again
-            # Every pool is busy: wait for a request to finish rather than exceed the bound.
-            self._waiting += 1
-            try:
-                async with self._released:
-                    await self._released.wait()
-            finally:
-                self._waiting -= 1
-        pool.in_flight += 1
-        pool.last_used = self._clock()
-        return pool
-
-    async def _checkin(self, pool: HostPool) -> None:
-        pool.in_flight -= 1
-        pool.last_used = self._clock()
-        if pool.closing and pool.in_flight == 0:
-            await pool.session.close()
-        # Only a pool with nothing in flight can make room for a waiting host, and only
-        # waiters need waking: skipping the rest keeps 2000 concurrent requests cheap.
-        if pool.in_flight == 0:
-            await self._wake_waiters()
-
-    async def _wake_waiters(self) -> None:
-        if self._waiting:
-            async with self._released:
-                self._released.notify_all()
-
-    def _open(self, key: tuple[str, str]) -> HostPool:
-        per_host = self._limits.per_host_connections
-        pool = HostPool(
-            key=key,
-            session=self._make_session(*key),
-            window=ConcurrencyWindow(maximum=per_host),
-            limiter=anyio.CapacityLimiter(per_host),
-            last_used=self._clock(),
-        )
-        self._pools[key] = pool
-        return pool
-
-    def _pop_least_recent_idle(self) -> HostPool | None:
-        for key, pool in self._pools.items():
-            if pool.in_flight == 0:
-                del self._pools[key]
-                return pool
-        return None
-
-    async def _sweep(self) -> None:
-        # Scanning every pool on every checkout made each request O(hosts): a third of the
-        # client CPU with 1,000 hosts (benchmarks/run.py --case hosts). Idle pools need
-        # closing only to within a tenth of host_idle_seconds (at most a second) late.
-        now = self._clock()
-        if now >= self._next_sweep:
-            self._next_sweep = now + min(1.0, self._limits.host_idle_seconds / 10)
-            await self.close_idle()
-
-    async def close_idle(self) -> int:
-        """Close pools unused for `host_idle_seconds`; returns how many were closed."""
-        cutoff = self._clock() - self._limits.host_idle_seconds
-        idle = [p for p in self._pools.values() if p.in_flight == 0 and p.last_used <= cutoff]
-        closed = 0
-        for pool in idle:
-            # Between our awaits another task may have used or replaced this pool: re-check.
-            if self._pools.get(pool.key) is pool and pool.in_flight == 0:
-                del self._pools[pool.key]
-                await pool.session.close()
-                closed += 1
-        return closed
-
-    async def discard(self, origin: str, token: str) -> None:
-        """Drop one host's pool: now if idle, else once its last request ends."""
-        pool = self._pools.pop((origin, token), None)
-        if pool is None:
-            return
-        pool.closing = True
-        if pool.in_flight == 0:
-            await pool.session.close()
-        await self._wake_waiters()  # its place in the LRU is free now
-
-    async def aclose(self) -> None:
-        """Close every pool."""
-        pools = list(self._pools.values())
-        self._pools.clear()
-        for pool in pools:
-            pool.closing = True
-            await pool.session.close()
-
-
 def _uncounted_resends_off(session: aiohttp.ClientSession) -> aiohttp.ClientSession:
     """Stop aiohttp from re-sending an idempotent request on its own.
 
@@ -520,7 +374,9 @@ class Transport:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._control: aiohttp.ClientSession | None = None
         self._closed = False
-        self.hosts = HostPools(limits, self._make_host_session, clock)
+        self.hosts: HostPools[aiohttp.ClientSession] = HostPools(
+            limits, self._make_host_session, clock
+        )
         # Answers whose body is being read; `aclose()` ends them first (see there).
         self._reading: set[aiohttp.ClientResponse] = set()
 
@@ -530,9 +386,11 @@ class Transport:
         return self._closed
 
     def check_loop(self) -> None:
-        """Bind to the running loop on first use; refuse any other loop afterwards."""
-        if self._closed:
-            raise ClientStateError("this sandboxkit.Client is closed; create a new one")
+        """Bind to the running loop on first use; refuse any other loop afterwards.
+
+        `Calls.run` asks once per operation; sessions are only ever made inside one.
+        """
+        self._check_open()
         loop = asyncio.get_running_loop()
         if self._loop is None:
             self._loop = loop
@@ -551,8 +409,11 @@ class Transport:
             enable_cleanup_closed=False,
         )
 
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientStateError("this sandboxkit.Client is closed; create a new one")
+
     def _control_session(self) -> aiohttp.ClientSession:
-        self.check_loop()
         if self._control is None:
             self._control = _uncounted_resends_off(
                 aiohttp.ClientSession(
@@ -565,15 +426,18 @@ class Transport:
             )
         return self._control
 
-    def _make_host_session(self, origin: str, token: str) -> aiohttp.ClientSession:
-        self.check_loop()
+    def _make_host_session(self, host: HostKey) -> aiohttp.ClientSession:
         session = aiohttp.ClientSession(
-            base_url=origin,
+            base_url=host.origin,
             connector=self._connector(self.limits.per_host_connections),
             # The sandbox token rides on this host's session only; it never goes elsewhere.
             # `identity`: the body is the file's raw bytes, and Range offsets count them (an
             # answer coded anyway is decoded by StreamingResponse, never written as the file).
-            headers={"User-Agent": USER_AGENT, ACCESS_TOKEN: token, ACCEPT_ENCODING: "identity"},
+            headers={
+                "User-Agent": USER_AGENT,
+                ACCESS_TOKEN: host.token,
+                ACCEPT_ENCODING: "identity",
+            },
             auto_decompress=False,
             trust_env=False,
         )
@@ -588,8 +452,7 @@ class Transport:
         """
         # Calls.run checked the loop for this operation already; a retry may find the client
         # closed since (its pooled connection was closed under it).
-        if self._closed:
-            raise ClientStateError("this sandboxkit.Client was closed during the call")
+        self._check_open()
         session = self._control or self._control_session()
         # The query is written here rather than passed as `params=`: yarl's merging of params
         # into a URL cost more than the rest of this method together (measured: ~30k
@@ -648,9 +511,9 @@ class Transport:
         return headers
 
     @contextlib.asynccontextmanager
-    async def open_stream(
+    async def open(
         self,
-        pool: HostPool,
+        host: HostKey,
         method: str,
         path: str,
         *,
@@ -660,35 +523,39 @@ class Transport:
         headers: Mapping[str, str] | None = None,
         data: Any = None,
     ) -> AsyncIterator[StreamingResponse]:
-        """Send one data-plane request on the host's own session; the body stays unread.
+        """Send one data-plane request on the host's own pool; the body stays unread.
 
-        Only aiohttp's own calls are inside the error mapping: what the caller does with the
-        body (a disk write that fails, say) keeps its own exception.
+        The request holds one of the host's slots while it lasts, and the answer's status
+        moves the host's window (a 429 halves it, a success grows it): callers never touch
+        the pool. Only aiohttp's own calls are inside the error mapping: what the caller does
+        with the body (a disk write that fails, say) keeps its own exception.
         """
-        self.check_loop()
-        response = await _mapped(
-            pool.session.request(
-                method,
-                f"{path}?{query_string(params)}" if params else path,  # as in send()
-                headers=headers,
-                data=data,
-                timeout=_client_timeout(timeout),
-                allow_redirects=False,
-            ),
-            operation,
-        )
-        self._refuse_if_closed(response)
-        self._reading.add(response)
-        try:
-            yield StreamingResponse(response, operation)
-        finally:
-            self._reading.discard(response)
-            # An unread body means the connection cannot be reused: drop it at once rather
-            # than leave it half-read (cancellation included).
-            if response.content.at_eof():
-                response.release()
-            else:
-                response.close()
+        self._check_open()  # a retry may find the client closed since the call began
+        async with self.hosts.lease(host) as pool:
+            response = await _mapped(
+                pool.session.request(
+                    method,
+                    f"{path}?{query_string(params)}" if params else path,  # as in send()
+                    headers=headers,
+                    data=data,
+                    timeout=_client_timeout(timeout),
+                    allow_redirects=False,
+                ),
+                operation,
+            )
+            pool.observe(response.status)
+            self._refuse_if_closed(response)
+            self._reading.add(response)
+            try:
+                yield StreamingResponse(response, operation)
+            finally:
+                self._reading.discard(response)
+                # An unread body means the connection cannot be reused: drop it at once
+                # rather than leave it half-read (cancellation included).
+                if response.content.at_eof():
+                    response.release()
+                else:
+                    response.close()
 
     def _refuse_if_closed(self, response: aiohttp.ClientResponse) -> None:
         # `aclose()` ran while this answer's head arrived: its body can never be read.

@@ -15,8 +15,7 @@ from ._answers import unwrap_v2
 from ._calls import Calls
 from ._cancel import raise_held, wait_through_cancels
 from ._client_config import ClientConfig
-from ._config import Limits, Timeout, resolve_api_key, resolve_base_url
-from ._retry import RetryPolicy
+from ._config import CallOptions, Limits, RetryPolicy, Timeout, resolve_api_key, resolve_base_url
 from ._transport import Transport
 from .errors import ValidationError
 from .resources.sandbox import Sandbox, address_from_response, check_address
@@ -24,8 +23,6 @@ from .resources.templates import Templates
 from .resources.v1 import V1
 
 __all__ = ["Client"]
-
-SAFE_METHODS = frozenset({"GET", "HEAD", "DELETE", "PUT"})
 
 
 class Client:
@@ -177,12 +174,12 @@ class Client:
             path,
             operation=f"{verb} {path}",
             surface="v1" if path.startswith(proto.V1_PREFIX) else "v2",
-            idempotent=verb in SAFE_METHODS if idempotent is None else idempotent,
+            idempotent=proto.is_idempotent(verb) if idempotent is None else idempotent,
             params=[(str(k), str(v)) for k, v in pairs],
             json=json,
             headers=dict(headers or {}),
         )
-        reply = await self._calls.send(request, timeout=timeout, retry=retry)
+        reply = await self._calls.send(request, CallOptions(timeout, retry))
         return unwrap_v2(reply.payload)
 
     def sandbox(self, *, sandbox_key: str, domain: str, access_token: str) -> Sandbox:

@@ -46,8 +46,7 @@ from typing import (
 
 from . import client as _client
 from ._client_config import ClientConfig
-from ._config import Limits, Timeout
-from ._retry import RetryPolicy
+from ._config import Limits, RetryPolicy, Timeout
 from ._sync_loop import Loop
 from .models import Build
 from .resources import files as _files

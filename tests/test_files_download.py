@@ -162,7 +162,7 @@ async def test_iter_bytes_closed_early_releases_its_connection(
     box.put("/home/user/s.bin", payload(2 * MiB))
     async with box.files.iter_bytes("/home/user/s.bin", chunk_size=16 * KiB) as stream:
         first = await stream.__anext__()
-        pool = client._transport.hosts.get(box.handle.origin, box.handle._token)
+        pool = client._transport.hosts.get(box.handle._host)
         assert pool is not None and pool.in_flight == 1
     assert len(first) <= 16 * KiB
     assert pool.in_flight == 0 and pool.limiter.borrowed_tokens == 0
@@ -235,7 +235,7 @@ async def test_cancelled_download_leaves_dest_untouched(
     assert scope.cancelled_caught and 0 < calls[-1] < 8 * MiB
     assert dest.read_bytes() == b"precious"
     assert dir_listing(tmp_path) == ["x.bin"]
-    pool = client._transport.hosts.get(box.handle.origin, box.handle._token)
+    pool = client._transport.hosts.get(box.handle._host)
     assert pool is not None and pool.in_flight == 0
 
 

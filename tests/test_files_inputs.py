@@ -103,10 +103,10 @@ async def test_token_stays_on_its_host_and_out_of_reprs(
     assert await second.files.read_bytes("/home/user/a") == b"2"
     for record, sbx in zip(emu.journal, (first, second), strict=True):
         assert record.sandbox_key == sbx.key
-        assert record.headers["X-Access-Token"] == sbx.handle._token
+        assert record.headers["X-Access-Token"] == sbx.handle._host.token
         assert "Authorization" not in record.headers
     for shown in (repr(first.handle), repr(first.files), str(first.handle)):
-        assert first.handle._token not in shown
+        assert first.handle._host.token not in shown
 
 
 @pytest.fixture

@@ -78,7 +78,7 @@ async def test_many_sandboxes_stay_within_the_socket_bound(emu: Emulator, tmp_pa
         assert len(emu.journal_for("files.download")) == 2000
         assert 0 < len(hosts) <= limits.max_sandbox_hosts
         # Idle pools close: move the pools' clock past host_idle_seconds.
-        open_pools = [hosts.get(sbx.handle.origin, sbx.handle._token) for sbx in boxes]
+        open_pools = [hosts.get(sbx.handle._host) for sbx in boxes]
         live = [pool for pool in open_pools if pool is not None]
         hosts._clock = lambda: time.monotonic() + limits.host_idle_seconds + 1
         assert await hosts.close_idle() == len(live)
@@ -106,8 +106,8 @@ async def test_throttled_host_slows_only_itself(emu: Emulator) -> None:
         emu.faults.script("files.download", *[Fault.status(429, retry_after="0")] * 3)
         assert len(await a.files.read_bytes("/home/user/f.bin")) == 256 * 1024
         hosts = client._transport.hosts
-        pool_a = hosts.get(a.handle.origin, a.handle._token)
-        pool_b = hosts.get(b.handle.origin, b.handle._token)
+        pool_a = hosts.get(a.handle._host)
+        pool_b = hosts.get(b.handle._host)
         assert pool_a is not None and pool_b is not None
         # 8 -> 4 -> 2 -> 1 on three 429s, then one success: 2.
         assert (pool_a.window.allowed, pool_a.limiter.total_tokens) == (2, 2)

@@ -11,7 +11,7 @@ import pytest
 
 import sandboxkit
 from sandboxkit._config import Limits
-from sandboxkit._transport import HostPools
+from sandboxkit._pools import HostKey, HostPools
 
 from .conftest import API_KEY, ScriptServer, answer
 
@@ -41,8 +41,8 @@ def make_pools(
     made: list[FakeSession] = []
     clock = Clock()
 
-    def factory(origin: str, token: str) -> FakeSession:
-        made.append(FakeSession(origin))
+    def factory(host: HostKey) -> FakeSession:
+        made.append(FakeSession(host.origin))
         return made[-1]
 
     pools = HostPools(
@@ -56,11 +56,11 @@ def make_pools(
 async def test_one_session_per_host_reused() -> None:
     """Leases of one host share its session; another host gets its own."""
     pools, made, _ = make_pools()
-    async with pools.lease("http://a", "t") as first:
+    async with pools.lease(HostKey("http://a", "t")) as first:
         pass
-    async with pools.lease("http://a", "t") as again:
+    async with pools.lease(HostKey("http://a", "t")) as again:
         assert again is first
-    async with pools.lease("http://b", "t"):
+    async with pools.lease(HostKey("http://b", "t")):
         pass
     assert [s.origin for s in made] == ["http://a", "http://b"]
 
@@ -69,7 +69,7 @@ async def test_lru_evicts_least_recently_used_idle_pool() -> None:
     """A third host closes the least recently used idle pool, keeping the bound."""
     pools, made, _ = make_pools(max_hosts=2)
     for origin in ("http://a", "http://b", "http://a", "http://c"):
-        async with pools.lease(origin, "t"):
+        async with pools.lease(HostKey(origin, "t")):
             pass
     assert len(pools) == 2
     assert [(s.origin, s.closed) for s in made] == [
@@ -87,14 +87,14 @@ async def test_busy_pools_are_never_closed_new_host_waits() -> None:
     order: list[str] = []
 
     async def hold_a() -> None:
-        async with pools.lease("http://a", "t"):
+        async with pools.lease(HostKey("http://a", "t")):
             entered.set()
             await release.wait()
             order.append("a done")
 
     async def use_b() -> None:
         await entered.wait()
-        async with pools.lease("http://b", "t"):
+        async with pools.lease(HostKey("http://b", "t")):
             order.append("b in")
             assert made[0].closed
 
@@ -111,10 +111,10 @@ async def test_busy_pools_are_never_closed_new_host_waits() -> None:
 async def test_idle_pools_close_after_idle_seconds() -> None:
     """A pool unused for host_idle_seconds is closed at the next sweep; a fresher one stays."""
     pools, made, clock = make_pools(max_hosts=4, idle=10.0)
-    async with pools.lease("http://a", "t"):
+    async with pools.lease(HostKey("http://a", "t")):
         pass
     clock.now = 6.0
-    async with pools.lease("http://b", "t"):
+    async with pools.lease(HostKey("http://b", "t")):
         pass
     clock.now = 10.5
     assert await pools.close_idle() == 1
@@ -125,8 +125,8 @@ async def test_idle_pools_close_after_idle_seconds() -> None:
 async def test_discard_waits_for_in_flight_request() -> None:
     """Dropping a host pool under a request closes it only when that request ends."""
     pools, made, _ = make_pools()
-    async with pools.lease("http://a", "t"):
-        await pools.discard("http://a", "t")
+    async with pools.lease(HostKey("http://a", "t")):
+        await pools.discard(HostKey("http://a", "t"))
         assert not made[0].closed
     assert made[0].closed
     assert len(pools) == 0
@@ -135,9 +135,9 @@ async def test_discard_waits_for_in_flight_request() -> None:
 async def test_throttled_host_limits_only_itself() -> None:
     """A 429 on one host halves that host's slots; another host keeps all of its own."""
     pools, _, _ = make_pools()
-    async with pools.lease("http://a", "t") as a:
+    async with pools.lease(HostKey("http://a", "t")) as a:
         a.on_throttled()
-    async with pools.lease("http://b", "t") as b:
+    async with pools.lease(HostKey("http://b", "t")) as b:
         pass
     assert a.limiter.total_tokens == 1
     assert b.limiter.total_tokens == 2

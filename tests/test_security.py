@@ -19,6 +19,7 @@ import trustme
 
 import sandboxkit
 from sandboxkit import models
+from sandboxkit._pools import HostKey
 from sandboxkit.emulator import Emulator, Fault, RecordedRequest
 
 from .reliability_support import close_and_check, port_of, refused_port
@@ -62,7 +63,7 @@ async def test_reprs_never_show_a_secret(emu: Emulator, tmp_path: Path) -> None:
     async with emu.client(retry=sandboxkit.RetryPolicy.no_delay()) as client:
         sbx, _, token = await _sandbox(emu, client)
         await sbx.files.download("/home/user/f.bin", tmp_path / "f.bin")
-        pool = client._transport.hosts.get(sbx.origin, token)
+        pool = client._transport.hosts.get(HostKey(sbx.origin, token))
         assert pool is not None
         config = sandboxkit.ClientConfig(api_key=emu.api_key, base_url=emu.base_url)
         objects: list[Any] = [

@@ -21,13 +21,14 @@ import attrs
 from anyio.streams.memory import MemoryObjectSendStream
 
 from .._cancel import raise_held, wait_through_cancels
-from .._config import Timeout
-from .._protocol import ACCEPT_RANGES, CONTENT_RANGE, FILES_PATH, RANGE
-from .._resume import Action, Mode, ResponseInfo, ResumeState
-from .._retry import RetryPolicy
-from ..errors import APIConnectionError, ResponseDecodeError, SandboxKitError, ValidationError
+from .._config import CallOptions, Timeout
+from .._protocol import ACCEPT_RANGES, CONTENT_RANGE, FILES_PATH, RANGE, is_idempotent
+from .._resume import Action, Decision, Mode, ResponseInfo, ResumeState
+from .._retry import TryAgain
+from .._transport import StreamingResponse
+from ..errors import ResponseDecodeError, SandboxKitError, ValidationError
 from ..models import DownloadResult
-from ._plane import DataPlane, Progress, status_error
+from ._plane import DataPlane, Progress
 
 __all__ = ["Request", "check_destination", "download_to_file", "fetch", "read_all", "stream_chunks"]
 
@@ -173,36 +174,31 @@ class Request:
     plane: DataPlane
     params: list[tuple[str, str]]
     chunk_size: int
-    timeout: Timeout | None
-    retry: RetryPolicy | None
+    options: CallOptions
 
 
 async def fetch(
     request: Request, mode: Mode, sink: _Sink, progress: Progress | None = None
 ) -> ResumeState:
-    """Run the whole download into `sink`; returns the final state (done)."""
-    plane = request.plane
-    transport = plane.calls.transport
-    per_request = plane.timeout(request.timeout)
-    state = ResumeState(mode)
-    mark = [0]
+    """Run the whole download into `sink`; returns the final state (done).
 
-    async def attempt() -> None:
-        mark[0] = state.high_water
+    One attempt is one GET, judged by the resume machine: its verdicts reach the retry loop
+    as they are (`TryAgain` to carry on, an exception to stop), never as a made-up error.
+    """
+    plane = request.plane
+    state = ResumeState(mode)
+
+    async def attempt(timeout: Timeout) -> TryAgain | None:
         start = state.begin_request()
         headers = {RANGE: f"bytes={start}-"} if start is not None else None
-        async with (
-            transport.hosts.lease(plane.origin, plane.token) as pool,
-            transport.open_stream(
-                pool,
-                "GET",
-                FILES_PATH,
-                operation=OPERATION,
-                timeout=per_request,
-                params=request.params,
-                headers=headers,
-            ) as response,
-        ):
+        async with plane.open(
+            "GET",
+            FILES_PATH,
+            operation=OPERATION,
+            timeout=timeout,
+            params=request.params,
+            headers=headers,
+        ) as response:
             decision = state.on_response(
                 ResponseInfo(
                     response.status,
@@ -212,12 +208,8 @@ async def fetch(
                     response.coding,
                 )
             )
-            if decision.action is Action.ERROR:
-                raise await status_error(response, OPERATION, pool)
-            pool.on_success()
-            _raise_unless_streaming(decision.action, decision.reason, response.status)
-            if decision.action is Action.DONE:
-                return
+            if decision.action is not Action.STREAM:
+                return await _verdict(decision, response)
             if decision.truncate:
                 await sink.truncate()
             try:
@@ -232,26 +224,28 @@ async def fetch(
                 await sink.flush()
                 raise
             await sink.flush()
-            end = state.on_body_end()
-            _raise_unless_streaming(end.action, end.reason, response.status)
+            return await _verdict(state.on_body_end(), response)
 
-    await plane.calls.run(
+    await plane.run(
         OPERATION,
         attempt,
-        idempotent=True,
-        retry=request.retry,
-        timeout=request.timeout,
-        # A try that moved the transfer forward does not count against max_attempts.
-        progressed=lambda: state.high_water > mark[0],
+        idempotent=is_idempotent("GET"),
+        options=request.options,
+        # A try after which more bytes are held does not count against max_attempts.
+        progress=lambda: state.high_water,
     )
     return state
 
 
-def _raise_unless_streaming(action: Action, reason: str, status: int) -> None:
-    if action is Action.RETRY:
-        raise APIConnectionError(f"{OPERATION}: {reason}", operation=OPERATION)
-    if action is Action.FAIL:
-        raise ResponseDecodeError(f"{OPERATION}: {reason}", status=status)
+async def _verdict(decision: Decision, response: StreamingResponse) -> TryAgain | None:
+    """What the retry loop is told: done (None), carry on (TryAgain), or an exception."""
+    if decision.action is Action.RETRY:
+        return TryAgain(decision.reason)
+    if decision.action is Action.FAIL:
+        raise ResponseDecodeError(f"{OPERATION}: {decision.reason}", status=response.status)
+    if decision.action is Action.ERROR:
+        raise await response.error()
+    return None  # DONE, or a body that ended where it should
 
 
 def check_destination(dest: Any) -> Path:

@@ -1,34 +1,37 @@
-"""What the download and upload halves share: the sandbox host, its query, its errors."""
+"""The one data-plane call path: every operation on a sandbox's host goes through `DataPlane`.
+
+`DataPlane.open` sends one request on the host's own pool (the only session carrying its
+token, which never follows a redirect); `Calls.run` around it retries. A JSON-answering
+operation is `DataPlane.call_json`; download and upload (`_download`, `_upload`) are short
+functions over `open`. Adding an operation (command execution, say) is one function here or
+beside them, a model, an emulator route and a test.
+"""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any, TypeVar
 
 import attrs
 
-from .._answers import error_for
+from .._answers import Reply
 from .._calls import Calls
-from .._config import Timeout
-from .._transport import HostPool, StreamingResponse
+from .._config import NO_OPTIONS, CallOptions, Timeout
+from .._pools import HostKey
+from .._protocol import is_idempotent
+from .._retry import TryAgain
+from .._transport import StreamingResponse
 from .._validation import check_remote_path
-from ..errors import APIError, ValidationError
+from ..errors import ValidationError
 
-__all__ = [
-    "ERROR_BODY_LIMIT",
-    "DataPlane",
-    "Progress",
-    "check_chunk_size",
-    "status_error",
-]
+__all__ = ["REPLY_LIMIT", "DataPlane", "Progress", "check_chunk_size"]
 
+T = TypeVar("T")
 # `progress(done_bytes, total_or_None)`; whatever it returns is ignored.
 Progress = Callable[[int, int | None], object]
-
-# Error bodies are `{message}`: a few KiB at most. Reading more would let a hostile or broken
-# server make us buffer a file's worth of bytes.
-ERROR_BODY_LIMIT = 64 * 1024
+# A JSON answer is a few KiB; anything near this size is not one the interface shows.
+REPLY_LIMIT = 1 << 20
 
 
 def check_chunk_size(chunk_size: Any) -> int:
@@ -40,15 +43,11 @@ def check_chunk_size(chunk_size: Any) -> int:
 
 @attrs.frozen
 class DataPlane:
-    """One sandbox host as a transfer sees it: the retry loop, its origin and its token.
-
-    The token is only the key of the host's pool (whose session carries it); it never shows
-    in a repr.
-    """
+    """One sandbox host (its origin and token; the token never in a repr) and the client's
+    calls."""
 
     calls: Calls
-    origin: str
-    token: str = attrs.field(repr=False)
+    host: HostKey
 
     def params(self, remote: str, username: str | None) -> list[tuple[str, str]]:
         """The query of `/files`: `path` (checked here, before any network) and `username`.
@@ -60,20 +59,59 @@ class DataPlane:
             pairs.append(("username", username))
         return pairs
 
-    def timeout(self, override: Timeout | None) -> Timeout:
-        """The per-request limits in force for this call."""
-        return override if override is not None else self.calls.timeout
+    def open(
+        self,
+        method: str,
+        path: str,
+        *,
+        operation: str,
+        timeout: Timeout,
+        params: Sequence[tuple[str, str]] = (),
+        headers: dict[str, str] | None = None,
+        data: Any = None,
+    ) -> AbstractAsyncContextManager[StreamingResponse]:
+        """One request on this host's pool (its 429 window moved by the answer); the body
+        stays unread. Use inside an attempt of `run`."""
+        return self.calls.transport.open(
+            self.host,
+            method,
+            path,
+            operation=operation,
+            timeout=timeout,
+            params=params,
+            headers=headers,
+            data=data,
+        )
 
+    async def run(
+        self,
+        operation: str,
+        attempt: Callable[[Timeout], Awaitable[T | TryAgain]],
+        *,
+        idempotent: bool,
+        options: CallOptions = NO_OPTIONS,
+        progress: Callable[[], int] | None = None,
+    ) -> T:
+        """The client's one retry loop around `attempt` (see `Calls.run`)."""
+        return await self.calls.run(
+            operation, attempt, idempotent=idempotent, options=options, progress=progress
+        )
 
-async def status_error(response: StreamingResponse, operation: str, pool: HostPool) -> APIError:
-    """The APIError for a data-plane answer that is neither success nor handled.
+    async def call_json(
+        self,
+        method: str,
+        path: str,
+        *,
+        operation: str,
+        params: Sequence[tuple[str, str]] = (),
+        options: CallOptions = NO_OPTIONS,
+    ) -> Reply:
+        """A request whose answer is JSON: retried as its method allows, deciphered whole."""
 
-    A 429 halves this host's concurrency window (other hosts are untouched). A 3xx is never
-    followed (the host's session alone carries the token): it becomes a
-    `RedirectNotFollowedError` with its status, without reading the body or `Location`.
-    """
-    status = response.status
-    if status == 429:
-        pool.on_throttled()
-    body = b"" if 300 <= status < 400 else await response.read(ERROR_BODY_LIMIT)
-    return error_for(status, response.headers, body, "data", operation=operation, now=time.time())
+        async def attempt(timeout: Timeout) -> Reply:
+            async with self.open(
+                method, path, operation=operation, timeout=timeout, params=params
+            ) as response:
+                return await response.reply(REPLY_LIMIT)
+
+        return await self.run(operation, attempt, idempotent=is_idempotent(method), options=options)

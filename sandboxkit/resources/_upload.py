@@ -21,12 +21,12 @@ from typing import IO, Any
 import anyio
 import attrs
 
-from .._answers import decode_json
+from .._answers import Reply
 from .._cancel import raise_held, wait_through_cancels
-from .._config import Timeout
+from .._config import CallOptions, Timeout
 from .._convert import structure
-from .._protocol import FILES_PATH, REQUEST_ID
-from .._retry import RetryPolicy, is_retryable
+from .._protocol import FILES_PATH, is_idempotent
+from .._retry import is_retryable
 from .._transport import multipart_file
 from ..errors import (
     APIError,
@@ -36,14 +36,12 @@ from ..errors import (
     ValidationError,
 )
 from ..models import FileEntry
-from ._plane import DataPlane, Progress, status_error
+from ._plane import REPLY_LIMIT, DataPlane, Progress
 
 __all__ = ["Source", "make_source", "send_file"]
 
 OPERATION = "files.upload"
 READ_SIZE = 1 << 20
-# The success body is a one-element JSON array; anything near this size is not that.
-REPLY_LIMIT = 1 << 20
 
 
 @attrs.frozen
@@ -179,15 +177,12 @@ async def send_file(
     source: Source,
     *,
     progress: Progress | None,
-    timeout: Timeout | None,
-    retry: RetryPolicy | None,
+    options: CallOptions,
 ) -> FileEntry:
     """POST the source as the single `file` part; retried only when it can be replayed."""
-    transport = plane.calls.transport
-    per_request = plane.timeout(timeout)
     filename = posixpath.basename(remote)
 
-    async def attempt() -> FileEntry:
+    async def attempt(timeout: Timeout) -> FileEntry:
         local_failure: list[BaseException] = []
         sent = 0
 
@@ -207,41 +202,47 @@ async def send_file(
                 local_failure.append(exc)
                 raise
 
-        async with (
-            _Body(body()) as chunks,
-            transport.hosts.lease(plane.origin, plane.token) as pool,
-        ):
+        async with _Body(body()) as chunks:
             try:
-                async with transport.open_stream(
-                    pool,
+                async with plane.open(
                     "POST",
                     FILES_PATH,
                     operation=OPERATION,
-                    timeout=per_request,
+                    timeout=timeout,
                     params=params,
                     data=multipart_file(filename, chunks, source.size),
                 ) as response:
-                    if not 200 <= response.status < 300:
-                        raise await status_error(response, OPERATION, pool)
-                    pool.on_success()
-                    return _entry(
-                        response.status, response.headers, await response.read(REPLY_LIMIT)
-                    )
+                    return _entry(await response.reply(REPLY_LIMIT))
             except SandboxKitError as exc:
                 if local_failure and local_failure[0] is not exc:
                     raise local_failure[0] from exc
                 raise
 
+    # A POST, resent only because it overwrites with the same bytes: when they can be replayed.
     replayable = source.one_shot is None
     try:
-        return await plane.calls.run(
-            OPERATION, attempt, idempotent=replayable, retry=retry, timeout=timeout
+        return await plane.run(
+            OPERATION, attempt, idempotent=is_idempotent("POST", keyed=replayable), options=options
         )
     except SandboxKitError as error:
-        policy = retry or plane.calls.policy
+        policy = options.retry or plane.calls.policy
         if replayable or not is_retryable(error, policy):
             raise
         raise _not_retried(error, source.one_shot or "") from error
+
+
+def _entry(reply: Reply) -> FileEntry:
+    payload = reply.payload
+    item = payload[0] if isinstance(payload, list) and len(payload) == 1 else payload
+    try:
+        return structure(item, FileEntry)
+    except Exception as exc:  # cattrs raises many types for a wrong shape
+        raise ResponseDecodeError(
+            f"{OPERATION}: the {reply.status} answer is not the one-element file list the "
+            "interface shows",
+            status=reply.status,
+            request_id=reply.request_id,
+        ) from exc
 
 
 class _Body:
@@ -291,20 +292,6 @@ class _Body:
         elif not closing.cancelled():
             closing.exception()  # retrieved: the exception already on its way matters more
         raise_held(held, exc)
-
-
-def _entry(status: int, headers: Any, body: bytes) -> FileEntry:
-    try:
-        payload = decode_json(body)
-        item = payload[0] if isinstance(payload, list) and len(payload) == 1 else payload
-        return structure(item, FileEntry)
-    except Exception as exc:  # json and cattrs raise many types for a wrong shape
-        raise ResponseDecodeError(
-            f"{OPERATION}: the {status} answer is not the one-element file list the "
-            "interface shows",
-            status=status,
-            request_id=headers.get(REQUEST_ID),
-        ) from exc
 
 
 def _not_retried(error: SandboxKitError, why: str) -> SandboxKitError:

@@ -10,8 +10,8 @@ import os
 from typing import Any
 
 from .._calls import Calls
-from .._config import Timeout
-from .._retry import RetryPolicy
+from .._config import CallOptions, RetryPolicy, Timeout
+from .._pools import HostKey
 from .._validation import check_username
 from ..errors import ValidationError
 from ..models import DownloadResult, FileEntry
@@ -30,11 +30,11 @@ class Files:
     Paths are absolute paths inside the sandbox; they are checked before any request.
     """
 
-    def __init__(self, calls: Calls, origin: str, token: str) -> None:
-        self._plane = DataPlane(calls, origin, token)
+    def __init__(self, calls: Calls, host: HostKey) -> None:
+        self._plane = DataPlane(calls, host)
 
     def __repr__(self) -> str:
-        return f"Files(origin={self._plane.origin!r})"
+        return f"Files(origin={self._plane.host.origin!r})"
 
     def _request(
         self,
@@ -48,8 +48,7 @@ class Files:
             plane=self._plane,
             params=self._plane.params(remote, check_username(username)),
             chunk_size=check_chunk_size(chunk_size),
-            timeout=timeout,
-            retry=retry,
+            options=CallOptions(timeout, retry),
         )
 
     async def download(
@@ -203,6 +202,5 @@ class Files:
             params,
             source_plan,
             progress=progress,
-            timeout=timeout,
-            retry=retry,
+            options=CallOptions(timeout, retry),
         )

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from .._pools import HostKey
 from .._protocol import data_plane_origin
 from ..errors import ValidationError
 from .files import Files
@@ -80,12 +81,12 @@ class Sandbox:
         self.domain = address.domain
         self.origin = data_plane_origin(scheme, address.sandbox_key, address.domain)
         self._calls = calls
-        self._token = address.access_token
-        self.files = Files(calls, self.origin, address.access_token)
+        self._host = HostKey(self.origin, address.access_token)
+        self.files = Files(calls, self._host)
 
     def __repr__(self) -> str:
         return f"Sandbox(sandbox_key={self.sandbox_key!r}, domain={self.domain!r})"
 
     async def aclose(self) -> None:
         """Drop this sandbox's connection pool now (optional: idle pools close by themselves)."""
-        await self._calls.transport.hosts.discard(self.origin, self._token)
+        await self._calls.transport.hosts.discard(self._host)

@@ -12,10 +12,9 @@ from .. import _protocol as proto
 from .. import _validation as check
 from .._answers import unwrap_v2
 from .._calls import Calls, decode_reply
-from .._config import Timeout
+from .._config import CallOptions, RetryPolicy, Timeout
 from .._convert import unstructure
 from .._cursors import BuildCursor, LogCursor
-from .._retry import RetryPolicy
 from ..errors import BuildFailedError, ResponseDecodeError
 from ..models import Build, LogEntry, LogPage, Page, Resources, TemplateCreated
 from ._common import AsyncStream, PagedStream
@@ -26,29 +25,12 @@ __all__ = ["BuildPager", "Templates"]
 _BUILD_PAGE = Page[Build]  # subscripted once: the alias is looked up on every page otherwise
 
 
-@attrs.frozen
-class _CallOptions:
-    timeout: Timeout | None = None
-    retry: RetryPolicy | None = None
-
-
 async def _fetch_build_page(
-    calls: Calls,
-    path: str,
-    cursor: BuildCursor,
-    timeout: Timeout | None,
-    retry: RetryPolicy | None,
+    calls: Calls, path: str, cursor: BuildCursor, options: CallOptions
 ) -> Page[Build]:
     """The one request for a page of Builds, for the pager and for `builds_page` alike."""
-    request = proto.ApiRequest(
-        "GET",
-        path,
-        operation="templates.builds",
-        surface="v2",
-        idempotent=True,
-        params=cursor.params(),
-    )
-    reply = await calls.send(request, timeout=timeout, retry=retry)
+    request = proto.v2_request("GET", path, operation="templates.builds", params=cursor.params())
+    reply = await calls.send(request, options)
     page = decode_reply(reply, reply.payload, _BUILD_PAGE)
     request_id = reply.request_id
     if page.request_id == request_id:  # the usual case: the body carries it
@@ -60,7 +42,7 @@ class BuildPager:
     """Builds of a Template, newest first: `async for` over Builds, `.pages()` over Pages."""
 
     def __init__(
-        self, calls: Calls, template_id: str, page_size: int, options: _CallOptions
+        self, calls: Calls, template_id: str, page_size: int, options: CallOptions
     ) -> None:
         self._calls = calls
         self._template_id = template_id
@@ -72,9 +54,7 @@ class BuildPager:
         return f"BuildPager(template_id={self._template_id!r}, page_size={self._page_size})"
 
     async def _fetch(self, cursor: BuildCursor) -> Page[Build]:
-        return await _fetch_build_page(
-            self._calls, self._path, cursor, self._options.timeout, self._options.retry
-        )
+        return await _fetch_build_page(self._calls, self._path, cursor, self._options)
 
     def pages(self) -> AsyncStream[Page[Build]]:
         """Iterate over whole pages as the service returns them."""
@@ -150,16 +130,15 @@ class Templates:
         key = check.check_idempotency_key(
             idempotency_key if idempotency_key is not None else str(uuid.uuid4())
         )
-        request = proto.ApiRequest(
+        request = proto.v2_request(
             "POST",
             proto.TEMPLATES_PATH,
             operation="templates.create",
-            surface="v2",
-            idempotent=True,  # safe to resend: the key makes the service answer once
             json={k: v for k, v in body.items() if v is not None},
             headers={proto.IDEMPOTENCY_KEY: key},
+            keyed=True,  # safe to resend: the key makes the service answer once
         )
-        reply = await self._calls.send(request, timeout=timeout, retry=retry)
+        reply = await self._calls.send(request, CallOptions(timeout, retry))
         data = unwrap_v2(reply.payload)
         if not isinstance(data, dict):
             raise ResponseDecodeError(
@@ -187,17 +166,15 @@ class Templates:
 
         Returns the answer's `data` as the service sends it (its shape is not shown).
         """
-        request = proto.ApiRequest(
+        request = proto.v2_request(
             "POST",
             proto.build_path(
                 check.check_path_id("template_id", template_id),
                 check.check_path_id("build_id", build_id),
             ),
             operation="templates.start_build",
-            surface="v2",
-            idempotent=False,
         )
-        reply = await self._calls.send(request, timeout=timeout)
+        reply = await self._calls.send(request, CallOptions(timeout))
         return unwrap_v2(reply.payload)
 
     def builds(
@@ -219,7 +196,7 @@ class Templates:
             self._calls,
             check.check_path_id("template_id", template_id),
             check.check_page_size(page_size),
-            _CallOptions(timeout, retry),
+            CallOptions(timeout, retry),
         )
 
     async def builds_page(
@@ -243,7 +220,7 @@ class Templates:
             page_size=check.check_page_size(page_size), page=check.check_page(page)
         )
         path = proto.builds_path(check.check_path_id("template_id", template_id))
-        return await _fetch_build_page(self._calls, path, cursor, timeout, retry)
+        return await _fetch_build_page(self._calls, path, cursor, CallOptions(timeout, retry))
 
     async def get_build(
         self,
@@ -290,7 +267,7 @@ class Templates:
             check.check_path_id("template_id", template_id),
             check.check_path_id("build_id", build_id),
         )
-        options = _CallOptions(timeout, retry)
+        options = CallOptions(timeout, retry)
         return AsyncStream(
             self._logs(
                 ids, cursor, follow, (poll_interval, max_poll_interval), raise_on_failure, options
@@ -298,17 +275,15 @@ class Templates:
         )
 
     async def _log_page(
-        self, ids: tuple[str, str], cursor: LogCursor, options: _CallOptions
+        self, ids: tuple[str, str], cursor: LogCursor, options: CallOptions
     ) -> LogPage:
-        request = proto.ApiRequest(
+        request = proto.v2_request(
             "GET",
             proto.build_logs_path(*ids),
             operation="templates.build_logs",
-            surface="v2",
-            idempotent=True,
             params=cursor.params(),
         )
-        reply = await self._calls.send(request, timeout=options.timeout, retry=options.retry)
+        reply = await self._calls.send(request, options)
         return decode_reply(reply, unwrap_v2(reply.payload), LogPage)
 
     async def _logs(
@@ -318,7 +293,7 @@ class Templates:
         follow: bool,
         intervals: tuple[float, float],
         raise_on_failure: bool,
-        options: _CallOptions,
+        options: CallOptions,
     ) -> AsyncGenerator[LogEntry, None]:
         delay, max_delay = intervals
         finished: Build | None = None

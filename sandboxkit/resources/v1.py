@@ -16,9 +16,8 @@ from .. import _protocol as proto
 from .. import _validation as check
 from .._answers import Reply
 from .._calls import Calls
-from .._config import Timeout
+from .._config import CallOptions, RetryPolicy, Timeout
 from .._convert import structure, unstructure
-from .._retry import RetryPolicy
 from ..errors import ResponseDecodeError
 from ..models import (
     ApiKey,
@@ -86,7 +85,7 @@ class V1:
             json=unstructure(body),
             authenticated=False,
         )
-        reply = await self._calls.send(request, timeout=timeout)
+        reply = await self._calls.send(request, CallOptions(timeout))
         return _decode_secret(reply, OAuthToken)
 
     async def create_api_key(
@@ -126,7 +125,7 @@ class V1:
             operation="v1.api_keys.create",
             json=unstructure(body),
         )
-        reply = await self._calls.send(request, timeout=timeout)
+        reply = await self._calls.send(request, CallOptions(timeout))
         return _decode_secret(reply, ApiKey)
 
     async def get_organization(
@@ -151,7 +150,7 @@ class V1:
             proto.organization_path(check.check_uuid("org_id", org_id)),
             operation="v1.organizations.get",
         )
-        return await send_v1(self._calls, request, Organization, timeout=timeout, retry=retry)
+        return await send_v1(self._calls, request, Organization, CallOptions(timeout, retry))
 
     async def list_images(
         self,
@@ -183,7 +182,7 @@ class V1:
             operation="v1.images.list",
             params=[(key, value) for key, value in filters if value is not None],
         )
-        return await send_v1(self._calls, request, tuple[Image, ...], timeout=timeout, retry=retry)
+        return await send_v1(self._calls, request, tuple[Image, ...], CallOptions(timeout, retry))
 
     async def get_template(
         self,
@@ -206,7 +205,7 @@ class V1:
             proto.v1_template_path(check.check_uuid("template_id", template_id)),
             operation="v1.templates.get",
         )
-        return await send_v1(self._calls, request, V1Template, timeout=timeout, retry=retry)
+        return await send_v1(self._calls, request, V1Template, CallOptions(timeout, retry))
 
     async def list_templates(
         self,
@@ -228,7 +227,7 @@ class V1:
             proto.V1_TEMPLATES_PATH,
             operation="v1.templates.list",
         )
-        reply = await self._calls.send(request, timeout=timeout, retry=retry)
+        reply = await self._calls.send(request, CallOptions(timeout, retry))
         if not isinstance(reply.payload, list):
             raise ResponseDecodeError(
                 "v1.templates.list: the answer is not a list",

@@ -15,9 +15,8 @@ from typing import TypeVar
 from .. import _protocol as proto
 from .. import _validation as check
 from .._calls import Calls, decode_reply
-from .._config import Timeout
+from .._config import CallOptions, RetryPolicy, Timeout
 from .._convert import unstructure
-from .._retry import RetryPolicy
 from ..errors import ValidationError
 from ..models import (
     ActionResult,
@@ -37,16 +36,9 @@ DEFAULT_IDC = "us-denver-1"
 SSH_ENV_NAME = "SSH_PUBLIC_KEY"
 
 
-async def send_v1(
-    calls: Calls,
-    request: proto.ApiRequest,
-    cls: type[T],
-    *,
-    timeout: Timeout | None,
-    retry: RetryPolicy | None = None,
-) -> T:
+async def send_v1(calls: Calls, request: proto.ApiRequest, cls: type[T], options: CallOptions) -> T:
     """Send a v1 request through the retry loop and structure its (unwrapped) body."""
-    reply = await calls.send(request, timeout=timeout, retry=retry)
+    reply = await calls.send(request, options)
     return decode_reply(reply, reply.payload, cls)
 
 
@@ -153,7 +145,7 @@ class Containers:
             operation="v1.containers.create",
             json=unstructure(spec),
         )
-        return await send_v1(self._calls, request, ContainersCreated, timeout=timeout)
+        return await send_v1(self._calls, request, ContainersCreated, CallOptions(timeout))
 
     async def get(
         self,
@@ -173,7 +165,7 @@ class Containers:
             proto.container_path(check.check_path_id("container_id", container_id)),
             operation="v1.containers.get",
         )
-        return await send_v1(self._calls, request, Container, timeout=timeout, retry=retry)
+        return await send_v1(self._calls, request, Container, CallOptions(timeout, retry))
 
     async def delete(
         self,
@@ -193,7 +185,7 @@ class Containers:
             proto.container_path(check.check_path_id("container_id", container_id)),
             operation="v1.containers.delete",
         )
-        return await send_v1(self._calls, request, ActionResult, timeout=timeout, retry=retry)
+        return await send_v1(self._calls, request, ActionResult, CallOptions(timeout, retry))
 
     async def shell(self, container_id: str, *, timeout: Timeout | None = None) -> ShellResult:
         """Open a shell session on a container; returns its `url_path`. Never retried.
@@ -207,7 +199,7 @@ class Containers:
             proto.container_shell_path(check.check_path_id("container_id", container_id)),
             operation="v1.containers.shell",
         )
-        return await send_v1(self._calls, request, ShellResult, timeout=timeout)
+        return await send_v1(self._calls, request, ShellResult, CallOptions(timeout))
 
 
 class ElasticIps:
@@ -236,7 +228,7 @@ class ElasticIps:
             operation="v1.elastic_ips.associate",
             json=unstructure(body),
         )
-        return await send_v1(self._calls, request, ActionResult, timeout=timeout)
+        return await send_v1(self._calls, request, ActionResult, CallOptions(timeout))
 
     async def release(
         self,
@@ -256,7 +248,7 @@ class ElasticIps:
             proto.elastic_ip_path(check.check_path_id("elastic_ip_id", elastic_ip_id)),
             operation="v1.elastic_ips.release",
         )
-        return await send_v1(self._calls, request, ActionResult, timeout=timeout, retry=retry)
+        return await send_v1(self._calls, request, ActionResult, CallOptions(timeout, retry))
 
 
 class Vpcs:
@@ -283,4 +275,4 @@ class Vpcs:
             proto.vpc_path(check.check_path_id("vpc_id", vpc_id)),
             operation="v1.vpcs.release",
         )
-        return await send_v1(self._calls, request, ActionResult, timeout=timeout, retry=retry)
+        return await send_v1(self._calls, request, ActionResult, CallOptions(timeout, retry))
