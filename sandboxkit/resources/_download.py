@@ -20,12 +20,12 @@ import anyio
 import attrs
 from anyio.streams.memory import MemoryObjectSendStream
 
+from .._bodies import StreamingResponse
 from .._cancel import raise_held, wait_through_cancels
 from .._config import CallOptions, Timeout
 from .._protocol import ACCEPT_RANGES, CONTENT_RANGE, FILES_PATH, RANGE, is_idempotent
 from .._resume import Action, Decision, Mode, ResponseInfo, ResumeState
 from .._retry import TryAgain
-from .._transport import StreamingResponse
 from ..errors import ResponseDecodeError, SandboxKitError, ValidationError
 from ..models import DownloadResult
 from ._plane import DataPlane, Progress

@@ -16,12 +16,12 @@ from typing import Any, TypeVar
 import attrs
 
 from .._answers import Reply
+from .._bodies import StreamingResponse
 from .._calls import Calls
 from .._config import NO_OPTIONS, CallOptions, Timeout
 from .._pools import HostKey
 from .._protocol import is_idempotent
 from .._retry import TryAgain
-from .._transport import StreamingResponse
 from .._validation import check_remote_path
 from ..errors import ValidationError
 

@@ -22,12 +22,12 @@ import anyio
 import attrs
 
 from .._answers import Reply
+from .._bodies import multipart_file
 from .._cancel import raise_held, wait_through_cancels
 from .._config import CallOptions, Timeout
 from .._convert import structure
 from .._protocol import FILES_PATH, is_idempotent
 from .._retry import is_retryable
-from .._transport import multipart_file
 from ..errors import (
     APIError,
     ResponseDecodeError,

@@ -1,0 +1,193 @@
+"""Bodies over aiohttp: answers read as they arrive (decoded if a proxy coded them), and the
+one-part multipart form an upload sends. Errors stay sandboxkit's (`_translate`)."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncGenerator, AsyncIterable, Mapping
+from typing import Any
+
+import aiohttp
+
+from ._answers import (
+    DECODABLE_CODINGS,
+    ContentDecoder,
+    Reply,
+    content_coding,
+    decipher,
+    error_for,
+)
+from ._protocol import CONTENT_ENCODING
+from ._translate import mapped, translate
+from .errors import APIConnectionError, APIError, ResponseDecodeError, SandboxKitError
+
+__all__ = ["ERROR_BODY_LIMIT", "StreamingResponse", "multipart_file", "read_capped"]
+
+# Data-plane error bodies are `{message}`: a few KiB at most. Reading more would let a hostile
+# or broken server make us buffer a file's worth of bytes.
+ERROR_BODY_LIMIT = 64 * 1024
+
+
+async def read_capped(content: aiohttp.StreamReader, limit: int) -> tuple[bytes, bool]:
+    """The body up to `limit` bytes, and whether that was all of it.
+
+    `StreamReader.read(n)` returns what the connection has delivered so far, not `n` bytes:
+    loop until the body ends (a cut raises) or passes the limit.
+    """
+    data = bytearray()
+    while len(data) <= limit:
+        piece = await content.read(limit + 1 - len(data))
+        if not piece:
+            return bytes(data), True
+        data += piece
+    return bytes(data[:limit]), False
+
+
+class StreamingResponse:
+    """An answer whose body is read incrementally; errors stay sandboxkit's.
+
+    A body content-coded despite `Accept-Encoding: identity` (gzip or deflate, by a proxy) is
+    handed on decoded: callers only ever see the file's bytes. `coding` says it was coded.
+    """
+
+    def __init__(self, response: aiohttp.ClientResponse, operation: str) -> None:
+        self._response = response
+        self._operation = operation
+        self.status = response.status
+        self.headers: Mapping[str, str] = response.headers
+        self.coding = content_coding(response.headers.get(CONTENT_ENCODING))
+
+    @property
+    def content_length(self) -> int | None:
+        """The declared body length, if any (of the coded bytes when `coding` is set)."""
+        return self._response.content_length
+
+    def iter_chunks(self, size: int) -> AsyncGenerator[bytes, None]:
+        """Yield the body in chunks of at most `size` bytes, decoded if it was coded."""
+        if self.coding is None:
+            return self._iter_raw(size)
+        return self._iter_decoded(size)
+
+    async def _iter_raw(self, size: int) -> AsyncGenerator[bytes, None]:
+        # Pieces go on as the connection delivered them (up to 256 KiB each); only a larger
+        # one is cut. Joining them into `size`-byte chunks (`iter_chunked`) copies every
+        # byte once more into a freshly allocated buffer: on a 1 GiB download that was a
+        # third more system time and ~50,000 minor page faults (benchmarks/run.py).
+        content = self._response.content
+        while True:
+            try:  # inline rather than _mapped(): this runs once per piece of every download
+                piece, end_of_http_chunk = await content.readchunk()
+            except Exception as exc:
+                error = translate(exc, self._operation)
+                if error is None:
+                    raise
+                break
+            if not piece:
+                if end_of_http_chunk:
+                    continue  # a chunked-encoding boundary, not the end of the body
+                return
+            if len(piece) <= size:
+                yield piece
+            else:
+                for start in range(0, len(piece), size):
+                    yield piece[start : start + size]
+        raise error  # outside the except block: see _translate.mapped
+
+    async def _iter_decoded(self, size: int) -> AsyncGenerator[bytes, None]:
+        # Decoded on the loop: a rare path (a proxy that ignores `identity`), not worth a
+        # thread hop per piece. Output is bounded per call, so memory stays flat.
+        decoder = self._decoder()
+        async for piece in self._iter_raw(size):
+            try:
+                for out in decoder.decode(piece, size):
+                    yield out
+            except ValueError as exc:
+                raise ResponseDecodeError(f"{self._operation}: {exc}", status=self.status) from None
+        if not decoder.complete:
+            raise APIConnectionError(
+                f"{self._operation}: the {self.coding}-coded body ended before its end",
+                operation=self._operation,
+            )
+
+    def _decoder(self) -> ContentDecoder:
+        assert self.coding is not None
+        if self.coding not in DECODABLE_CODINGS:
+            raise ResponseDecodeError(
+                f"{self._operation}: the answer is content-coded with {self.coding!r}, which "
+                "sandboxkit does not decode",
+                status=self.status,
+            )
+        return ContentDecoder(self.coding)
+
+    async def error(self) -> APIError:
+        """The exception this (non-success) answer calls for; its body is read, capped.
+
+        A 3xx body is not read: a redirect is never followed, whatever it says.
+        """
+        status = self.status
+        body = b"" if 300 <= status < 400 else await self.read(ERROR_BODY_LIMIT)
+        return error_for(
+            status, self.headers, body, "data", operation=self._operation, now=time.time()
+        )
+
+    async def reply(self, limit: int) -> Reply:
+        """The whole (JSON) answer deciphered: its payload, or the exception it calls for."""
+        if not 200 <= self.status < 300:
+            raise await self.error()
+        body = await self.read(limit)
+        return decipher(
+            self.status, self.headers, body, "data", operation=self._operation, now=time.time()
+        )
+
+    async def read(self, limit: int = 1 << 20) -> bytes:
+        """Read the whole (small) body; an error body is capped so a huge one cannot hurt."""
+        if self.coding is None:
+            data, _ = await mapped(read_capped(self._response.content, limit), self._operation)
+            return data
+        decoded = bytearray()
+        pieces = contextlib.aclosing(self._iter_decoded(limit + 1))
+        with contextlib.suppress(SandboxKitError):  # a cut or corrupt body: keep what came
+            async with pieces as decoding:
+                async for piece in decoding:
+                    decoded += piece
+                    if len(decoded) > limit:
+                        break
+        return bytes(decoded[:limit])
+
+
+_FORM_ESCAPES = {c: f"%{c:02X}" for c in [*range(0x20), 0x22, 0x7F]}
+
+
+class _StreamedPart(aiohttp.payload.AsyncIterablePayload):
+    """A part streamed from an async iterable whose length may be known up front.
+
+    With the length known the multipart writer can compute the whole body's size, so the
+    request goes out with a `Content-Length` instead of chunked framing.
+    """
+
+    def __init__(self, chunks: AsyncIterable[bytes], size: int | None) -> None:
+        super().__init__(chunks, content_type="application/octet-stream")
+        self._size = size
+
+
+def multipart_file(filename: str, chunks: AsyncIterable[bytes], size: int | None) -> Any:
+    """A `multipart/form-data` body holding exactly one part, `file`, streamed from `chunks`.
+
+    Nothing is buffered: each chunk is written as the connection takes it. Pass the result as
+    `open_stream(data=...)`; it is good for one request only (the chunks are consumed).
+
+    Args:
+        filename: the part's file name (the remote path's base name).
+        chunks: the file's bytes; must yield exactly `size` bytes when `size` is given.
+        size: the byte count when known (sent as `Content-Length`), else None (chunked).
+    """
+    part = _StreamedPart(chunks, size)
+    # The file name is written the way browsers and urllib3 do (WHATWG form encoding): raw
+    # UTF-8 with only quotes and control characters percent-escaped. aiohttp's own helper
+    # percent-encodes every non-token byte, which servers other than aiohttp do not undo.
+    escaped = filename.translate(_FORM_ESCAPES)
+    part.headers[aiohttp.hdrs.CONTENT_DISPOSITION] = f'form-data; name="file"; filename="{escaped}"'
+    writer = aiohttp.MultipartWriter("form-data")
+    writer.append_payload(part)
+    return writer
