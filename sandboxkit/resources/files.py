@@ -9,9 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .._calls import Calls
 from .._config import CallOptions, RetryPolicy, Timeout
-from .._pools import HostKey
 from .._validation import check_username
 from ..errors import ValidationError
 from ..models import DownloadResult, FileEntry
@@ -30,8 +28,8 @@ class Files:
     Paths are absolute paths inside the sandbox; they are checked before any request.
     """
 
-    def __init__(self, calls: Calls, host: HostKey) -> None:
-        self._plane = DataPlane(calls, host)
+    def __init__(self, plane: DataPlane) -> None:
+        self._plane = plane
 
     def __repr__(self) -> str:
         return f"Files(origin={self._plane.host.origin!r})"

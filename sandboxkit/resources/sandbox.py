@@ -14,6 +14,7 @@ import attrs
 from .._pools import HostKey
 from .._protocol import data_plane_origin
 from ..errors import ValidationError
+from ._plane import DataPlane
 from .files import Files
 
 if TYPE_CHECKING:
@@ -82,7 +83,10 @@ class Sandbox:
         self.origin = data_plane_origin(scheme, address.sandbox_key, address.domain)
         self._calls = calls
         self._host = HostKey(self.origin, address.access_token)
-        self.files = Files(calls, self._host)
+        # The one call path every data-plane operation of this sandbox takes (files today,
+        # command execution when the interface shows it).
+        self._plane = DataPlane(calls, self._host)
+        self.files = Files(self._plane)
 
     def __repr__(self) -> str:
         return f"Sandbox(sandbox_key={self.sandbox_key!r}, domain={self.domain!r})"
