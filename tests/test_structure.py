@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 import importlib
 import pkgutil
 from pathlib import Path
@@ -193,3 +194,26 @@ MAX_MODULE_LINES = 450  # STYLE: a module is read in one sitting; split by job p
 def test_modules_are_small_enough_to_read_in_one_sitting(module: str, path: Path) -> None:
     """No module under sandboxkit/ is longer than MAX_MODULE_LINES lines."""
     assert len(path.read_text().splitlines()) <= MAX_MODULE_LINES, module
+
+
+ARCHITECTURE = (ROOT.parent / "ARCHITECTURE.md").read_text()
+
+
+def test_architecture_names_every_module_and_only_real_ones() -> None:
+    """ARCHITECTURE.md's layer map names every module outside the emulator and CLI packages,
+    and every `.py` file it names exists."""
+    named = set(re.findall(r"[\w/]+\.py", ARCHITECTURE))
+    for module, path in modules():
+        if module.split(".")[0] in {"emulator", "cli"} or path.name == "__main__.py":
+            continue
+        if module == "resources.__init__":
+            continue  # the package marker: it defines nothing
+        rel = path.relative_to(ROOT).as_posix()
+        short = rel.removeprefix("resources/")
+        assert rel in named or short in named or path.name in named, rel
+    for name in named:
+        if name.startswith("tests/"):
+            assert (ROOT.parent / name).exists(), name
+            continue
+        candidates = [ROOT / name, ROOT / "resources" / name]
+        assert any(c.exists() for c in candidates), name
