@@ -84,7 +84,7 @@ class Calls:
         """
         self.transport.check_loop()  # the one check: every operation passes here first
         timeout = options.timeout or self.timeout
-        policy = options.retry or self.policy
+        policy = self.policy_for(options)
         if timeout.total is None:
             return await self._loop(operation, attempt, idempotent, policy, timeout, None, progress)
         deadline = self.clock() + timeout.total
@@ -98,6 +98,10 @@ class Calls:
                 f"{operation}: no success within the call's total timeout of {timeout.total}s",
                 operation=operation,
             ) from exc
+
+    def policy_for(self, options: CallOptions) -> RetryPolicy:
+        """The retry policy a call with these options runs under."""
+        return options.retry or self.policy
 
     async def _loop(
         self,

@@ -225,8 +225,7 @@ async def send_file(
             OPERATION, attempt, idempotent=is_idempotent("POST", keyed=replayable), options=options
         )
     except SandboxKitError as error:
-        policy = options.retry or plane.calls.policy
-        if replayable or not is_retryable(error, policy):
+        if replayable or not is_retryable(error, plane.calls.policy_for(options)):
             raise
         raise _not_retried(error, source.one_shot or "") from error
 
