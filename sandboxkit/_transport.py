@@ -13,20 +13,12 @@ import contextlib
 import functools
 import ssl as ssl_module
 import time
-from collections.abc import (
-    AsyncIterator,
-    Callable,
-    Mapping,
-    Sequence,
-)
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from typing import Any
 
 import aiohttp
 
-from ._answers import (
-    Reply,
-    decipher,
-)
+from ._answers import Reply, decipher
 from ._bodies import StreamingResponse, read_capped
 from ._config import Limits, Timeout
 from ._pools import HostKey, HostPools
@@ -40,14 +32,10 @@ from ._protocol import (
 )
 from ._translate import mapped, translate
 from ._version import __version__
-from .errors import (
-    ClientStateError,
-    ResponseDecodeError,
-)
+from .errors import ClientStateError, ResponseDecodeError
 
 __all__ = ["CONTROL_BODY_LIMIT", "Transport"]
 
-T = TypeVar("T")
 USER_AGENT = f"sandboxkit/{__version__} aiohttp/{aiohttp.__version__}"
 SSLOption = ssl_module.SSLContext | bool
 # A control-plane answer is JSON of a few KiB; past this size it is not one the interface
@@ -68,7 +56,7 @@ def _uncounted_resends_off(session: aiohttp.ClientSession) -> aiohttp.ClientSess
     sends the request once more by itself: a request missing from `attempts`, the retry log
     and the retry budget. With this off, that failure reaches the one retry loop like any
     other and is counted there. aiohttp offers no public switch; the attribute is in its
-    declared set, and tests/test_accounting.py fails if it stops having this effect.
+    declared set, and tests/test_transport_failures.py fails if it stops having this effect.
     """
     session._retry_connection = False
     return session
