@@ -138,7 +138,8 @@ class FakeSleep:
 
 
 @pytest.fixture
-async def server() -> AsyncIterator[ScriptServer]:
+async def script_server() -> AsyncIterator[ScriptServer]:
+    """A started ScriptServer on 127.0.0.1, stopped after the test."""
     srv = ScriptServer()
     await srv.start()
     yield srv
@@ -149,17 +150,19 @@ API_KEY = "sk-test-SECRET-0123456789"
 
 
 @pytest.fixture
-async def client(server: ScriptServer) -> AsyncIterator[sandboxkit.Client]:
+async def script_client(script_server: ScriptServer) -> AsyncIterator[sandboxkit.Client]:
+    """A Client on the scripted server, with three quick attempts per call."""
     async with sandboxkit.Client(
         api_key=API_KEY,
-        base_url=server.url,
+        base_url=script_server.url,
         retry=sandboxkit.RetryPolicy(max_attempts=3, initial_backoff=0.01, max_backoff=0.01),
     ) as c:
         yield c
 
 
 @pytest.fixture
-def fake_sleep(client: sandboxkit.Client) -> FakeSleep:
+def fake_sleep(script_client: sandboxkit.Client) -> FakeSleep:
+    """The script client's retry sleep, replaced by one that records delays."""
     sleeper = FakeSleep()
-    client._calls.sleep = sleeper
+    script_client._calls.sleep = sleeper
     return sleeper

@@ -259,19 +259,19 @@ class Stalled:
 
 
 async def test_aclose_while_transfers_run_fails_them_cleanly(
-    server: ScriptServer, tmp_path: Path
+    script_server: ScriptServer, tmp_path: Path
 ) -> None:
     """`aclose()` with a download, read_bytes, iter_bytes, upload and control-plane call in
     flight ends every one with a sandboxkit exception, removes the temporary file, and
     leaves no socket open."""
     stalled = Stalled()
-    server.always("GET", "/files", stalled.download)
-    server.always("GET", "/api/v2/templates/t/builds", stalled.control)
-    server.always("POST", "/files", stalled.upload)
-    port = server.url.rsplit(":", 1)[1]
+    script_server.always("GET", "/files", stalled.download)
+    script_server.always("GET", "/api/v2/templates/t/builds", stalled.control)
+    script_server.always("POST", "/files", stalled.upload)
+    port = script_server.url.rsplit(":", 1)[1]
     client = sandboxkit.Client(
         api_key="sk-key",
-        base_url=server.url,
+        base_url=script_server.url,
         data_plane_scheme="http",
         resolver=EmulatorResolver(),
         retry=sandboxkit.RetryPolicy.no_delay(),

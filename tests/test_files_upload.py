@@ -172,19 +172,21 @@ async def test_upload_missing_parent_is_not_found(emu: Emulator, box: Box) -> No
 
 
 @pytest.fixture
-async def scripted(server: ScriptServer) -> AsyncIterator[tuple[sandboxkit.Sandbox, ScriptServer]]:
+async def scripted(
+    script_server: ScriptServer,
+) -> AsyncIterator[tuple[sandboxkit.Sandbox, ScriptServer]]:
     """A sandbox handle whose host is the scripted server (any `*.sandbox.test` name)."""
-    port = server.url.rsplit(":", 1)[1]
+    port = script_server.url.rsplit(":", 1)[1]
     async with sandboxkit.Client(
         api_key="control-SECRET",
-        base_url=server.url,
+        base_url=script_server.url,
         data_plane_scheme="http",
         resolver=EmulatorResolver(),
         retry=sandboxkit.RetryPolicy.no_delay(),
     ) as c:
         yield (
             c.sandbox(sandbox_key="sbx1", domain=f"sandbox.test:{port}", access_token=TOKEN),
-            server,
+            script_server,
         )
 
 

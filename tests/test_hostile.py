@@ -87,9 +87,9 @@ async def other() -> AsyncIterator[ScriptServer]:
 
 
 @pytest.fixture
-async def hostile(server: ScriptServer) -> AsyncIterator[sandboxkit.Client]:
+async def hostile(script_server: ScriptServer) -> AsyncIterator[sandboxkit.Client]:
     """A client whose console and sandbox host are both the scripted server."""
-    async with _client(server.url) as c:
+    async with _client(script_server.url) as c:
         yield c
 
 
@@ -253,34 +253,35 @@ BAD_RANGES = {
 @pytest.mark.parametrize("sink", list(SINKS))
 @pytest.mark.parametrize("variant", list(BAD_RANGES))
 async def test_a_wrong_content_range_is_distrusted(
-    server: ScriptServer, hostile: sandboxkit.Client, tmp_path: Path, variant: str, sink: str
+    script_server: ScriptServer, hostile: sandboxkit.Client, tmp_path: Path, variant: str, sink: str
 ) -> None:
     """A 206 whose Content-Range is for other bytes, another size, or unparsable is never
     spliced in: the download starts over and ends with exactly the file, or (a stream that
     already yielded bytes of another size) raises ResponseDecodeError."""
     claimed, body = BAD_RANGES[variant]
-    server.on("GET", "/files", whole(send=1000), part(claimed, body), whole())
-    sbx = on_server(hostile, server.url.rsplit(":", 1)[1])
+    script_server.on("GET", "/files", whole(send=1000), part(claimed, body), whole())
+    sbx = on_server(hostile, script_server.url.rsplit(":", 1)[1])
     with anyio.fail_after(LIMIT):
         if variant == "other-total" and sink == "iter_bytes":
             with pytest.raises(sandboxkit.ResponseDecodeError, match="changed"):
                 await SINKS[sink](sbx, tmp_path)
             return
         assert await SINKS[sink](sbx, tmp_path) == DATA
-    assert ranges(server) == [None, "bytes=1000-", None]
+    assert ranges(script_server) == [None, "bytes=1000-", None]
     assert part_files(tmp_path) == []
 
 
 async def test_a_content_range_of_unknown_total_is_used(
-    server: ScriptServer, hostile: sandboxkit.Client, tmp_path: Path
+    script_server: ScriptServer, hostile: sandboxkit.Client, tmp_path: Path
 ) -> None:
     """`bytes 1000-99999/*` is a valid answer: the download continues from it."""
-    server.on("GET", "/files", whole(send=1000), part(f"bytes 1000-{N - 1}/*", DATA[1000:]))
+    script_server.on("GET", "/files", whole(send=1000), part(f"bytes 1000-{N - 1}/*", DATA[1000:]))
     with anyio.fail_after(LIMIT):
         assert (
-            await _via_download(on_server(hostile, server.url.rsplit(":", 1)[1]), tmp_path) == DATA
+            await _via_download(on_server(hostile, script_server.url.rsplit(":", 1)[1]), tmp_path)
+            == DATA
         )
-    assert ranges(server) == [None, "bytes=1000-"]
+    assert ranges(script_server) == [None, "bytes=1000-"]
 
 
 # -- a 206 nobody asked for -----------------------------------------------------------------
@@ -301,15 +302,18 @@ UNASKED = {
 @pytest.mark.parametrize("sink", list(SINKS))
 @pytest.mark.parametrize("variant", list(UNASKED))
 async def test_a_206_to_a_request_without_range(
-    server: ScriptServer, hostile: sandboxkit.Client, tmp_path: Path, variant: str, sink: str
+    script_server: ScriptServer, hostile: sandboxkit.Client, tmp_path: Path, variant: str, sink: str
 ) -> None:
     """A 206 to a whole GET is taken for what its Content-Range says: the file from zero is
     used (and continued), one starting elsewhere starts over; the bytes come out exact."""
     answers, asked = UNASKED[variant]
-    server.on("GET", "/files", *answers)
+    script_server.on("GET", "/files", *answers)
     with anyio.fail_after(LIMIT):
-        assert await SINKS[sink](on_server(hostile, server.url.rsplit(":", 1)[1]), tmp_path) == DATA
-    assert ranges(server) == asked
+        assert (
+            await SINKS[sink](on_server(hostile, script_server.url.rsplit(":", 1)[1]), tmp_path)
+            == DATA
+        )
+    assert ranges(script_server) == asked
 
 
 # -- Content-Length that lies -----------------------------------------------------------------
@@ -487,22 +491,22 @@ async def _drain(items: Any) -> list[Any]:
 @pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
 @pytest.mark.parametrize("operation", list(OPERATIONS))
 async def test_redirects_are_never_followed(
-    server: ScriptServer, other: ScriptServer, operation: str, status: int
+    script_server: ScriptServer, other: ScriptServer, operation: str, status: int
 ) -> None:
     """A 3xx to another host, scheme or path is a RedirectNotFollowedError (an APIError) with
     its status; the other host receives nothing, so no token reaches it."""
     method, path, run = OPERATIONS[operation]
-    port = server.url.rsplit(":", 1)[1]
+    port = script_server.url.rsplit(":", 1)[1]
     for location in _locations(other):
-        server.on(method, path, _redirect(status, location))
-        async with _client(server.url) as c:
+        script_server.on(method, path, _redirect(status, location))
+        async with _client(script_server.url) as c:
             with anyio.fail_after(LIMIT), pytest.raises(sandboxkit.APIError) as caught:
                 await run(c, port)
             assert type(caught.value) is sandboxkit.RedirectNotFollowedError
             assert caught.value.status == status
             await close_and_check(c, [int(port)])
     assert other.seen == []
-    assert len(server.seen) == len(_locations(other))
+    assert len(script_server.seen) == len(_locations(other))
 
 
 # -- Content-Disposition ----------------------------------------------------------------------
@@ -518,15 +522,15 @@ DISPOSITIONS = [
 
 @pytest.mark.parametrize("disposition", DISPOSITIONS)
 async def test_content_disposition_never_names_the_local_file(
-    server: ScriptServer, hostile: sandboxkit.Client, tmp_path: Path, disposition: str
+    script_server: ScriptServer, hostile: sandboxkit.Client, tmp_path: Path, disposition: str
 ) -> None:
     """Whatever name Content-Disposition suggests, the bytes land in `dest` and nowhere else."""
     headers = {"Accept-Ranges": "bytes", "Content-Disposition": disposition}
-    server.on("GET", "/files", body_answer(200, DATA, headers=headers))
+    script_server.on("GET", "/files", body_answer(200, DATA, headers=headers))
     dest = tmp_path / "a" / "b" / "out.bin"
     dest.parent.mkdir(parents=True)
     with anyio.fail_after(LIMIT):
-        await on_server(hostile, server.url.rsplit(":", 1)[1]).files.download("/f.bin", dest)
+        await on_server(hostile, script_server.url.rsplit(":", 1)[1]).files.download("/f.bin", dest)
     assert files_under(tmp_path) == [dest] and dest.read_bytes() == DATA
     assert not exists(Path("/tmp/sandboxkit-abs-escape.bin"))
 
@@ -548,14 +552,14 @@ def _header_bomb(kind: str) -> Any:
 @pytest.mark.parametrize("kind", ["one-huge", "many"])
 @pytest.mark.parametrize("plane", ["data", "control"])
 async def test_gigantic_answer_headers_fail_cleanly(
-    server: ScriptServer, plane: str, kind: str, tmp_path: Path
+    script_server: ScriptServer, plane: str, kind: str, tmp_path: Path
 ) -> None:
     """An answer whose headers are past any sane size is a TransportError after the retries,
     with no temporary file and nothing left open."""
-    port = server.url.rsplit(":", 1)[1]
-    server.always("GET", "/files", _header_bomb(kind))
-    server.always("GET", "/api/v2/templates/t/builds", _header_bomb(kind))
-    async with _client(server.url) as c:
+    port = script_server.url.rsplit(":", 1)[1]
+    script_server.always("GET", "/files", _header_bomb(kind))
+    script_server.always("GET", "/api/v2/templates/t/builds", _header_bomb(kind))
+    async with _client(script_server.url) as c:
         with anyio.fail_after(LIMIT), pytest.raises(sandboxkit.TransportError):
             if plane == "data":
                 await on_server(c, port).files.download("/f.bin", tmp_path / "f.bin")
@@ -592,19 +596,19 @@ class Endless:
 
 @pytest.mark.parametrize("status", [200, 503])
 async def test_an_endless_control_plane_answer_is_cut_off(
-    server: ScriptServer, status: int
+    script_server: ScriptServer, status: int
 ) -> None:
     """A control-plane answer that never ends is not buffered whole: a 2xx raises
     ResponseDecodeError, an error keeps its class, and the client stops reading near 32 MiB."""
     endless = Endless(status)
-    server.always("GET", "/api/v2/templates/t/builds", endless)
+    script_server.always("GET", "/api/v2/templates/t/builds", endless)
     expected = (
         sandboxkit.ResponseDecodeError if status == 200 else sandboxkit.ServiceUnavailableError
     )
-    async with _client(server.url, retry=sandboxkit.RetryPolicy.no_delay(1)) as c:
+    async with _client(script_server.url, retry=sandboxkit.RetryPolicy.no_delay(1)) as c:
         with anyio.fail_after(LIMIT), pytest.raises(expected) as caught:
             await _drain(c.templates.builds("t"))
-        await close_and_check(c, [int(server.url.rsplit(":", 1)[1])])
+        await close_and_check(c, [int(script_server.url.rsplit(":", 1)[1])])
     assert endless.sent < 64 * 2**20, f"the client read {endless.sent} bytes"
     if status == 200:
         assert "larger than" in str(caught.value)
@@ -626,28 +630,30 @@ def _in_pieces(status: int, *pieces: bytes) -> Any:
 
 
 async def test_an_upload_answer_that_arrives_in_pieces_is_read_whole(
-    server: ScriptServer, hostile: sandboxkit.Client
+    script_server: ScriptServer, hostile: sandboxkit.Client
 ) -> None:
     """A success body delivered in several network reads is read to its end, not judged by
     its first piece."""
-    server.on(
+    script_server.on(
         "POST",
         "/files",
         _in_pieces(200, b'[{"path": "/f.bin", ', b'"name": "f.bin", "type": "file"}]'),
     )
     with anyio.fail_after(LIMIT):
-        entry = await on_server(hostile, server.url.rsplit(":", 1)[1]).files.upload("/f.bin", b"x")
+        entry = await on_server(hostile, script_server.url.rsplit(":", 1)[1]).files.upload(
+            "/f.bin", b"x"
+        )
     assert (entry.path, entry.name) == ("/f.bin", "f.bin")
-    assert len(server.requests("POST", "/files")) == 1
+    assert len(script_server.requests("POST", "/files")) == 1
 
 
 async def test_a_data_plane_error_body_in_pieces_keeps_its_message(
-    server: ScriptServer, hostile: sandboxkit.Client
+    script_server: ScriptServer, hostile: sandboxkit.Client
 ) -> None:
     """A `{message}` error body delivered in pieces still gives its message."""
-    server.on("GET", "/files", _in_pieces(404, b'{"message": "no such', b' file here"}'))
+    script_server.on("GET", "/files", _in_pieces(404, b'{"message": "no such', b' file here"}'))
     with anyio.fail_after(LIMIT), pytest.raises(sandboxkit.NotFoundError) as caught:
-        await on_server(hostile, server.url.rsplit(":", 1)[1]).files.read_bytes("/f.bin")
+        await on_server(hostile, script_server.url.rsplit(":", 1)[1]).files.read_bytes("/f.bin")
     assert caught.value.message == "no such file here"
 
 
@@ -664,7 +670,7 @@ DEEP = b"[" * 100_000 + b"]" * 100_000
 )
 @pytest.mark.parametrize("surface", ["v2", "v1"])
 async def test_json_nested_past_the_parser_depth(
-    server: ScriptServer,
+    script_server: ScriptServer,
     hostile: sandboxkit.Client,
     surface: str,
     status: int,
@@ -673,7 +679,7 @@ async def test_json_nested_past_the_parser_depth(
     """JSON nested deeper than the parser can go is a ResponseDecodeError on a success and
     keeps the status's class on an error, never a RecursionError."""
     path = "/api/v2/templates/t/builds" if surface == "v2" else f"/api/v1/organizations/{ORG}"
-    server.always("GET", path, raw(DEEP, status))
+    script_server.always("GET", path, raw(DEEP, status))
     with anyio.fail_after(LIMIT), pytest.raises(expected):
         if surface == "v2":
             await _drain(hostile.templates.builds("t"))
@@ -682,7 +688,7 @@ async def test_json_nested_past_the_parser_depth(
 
 
 async def test_hostile_json_values_are_decode_errors(
-    server: ScriptServer, hostile: sandboxkit.Client
+    script_server: ScriptServer, hostile: sandboxkit.Client
 ) -> None:
     """Non-finite numbers, 5000-digit integers, missing fields and wrong types in a page give
     ResponseDecodeError, never a crash."""
@@ -696,10 +702,10 @@ async def test_hostile_json_values_are_decode_errors(
         b'\xff\xfe{"not": "utf-8"}',
     ]
     for body in bodies:
-        server.on("GET", "/api/v2/templates/t/builds", raw(body))
+        script_server.on("GET", "/api/v2/templates/t/builds", raw(body))
         with anyio.fail_after(LIMIT), pytest.raises(sandboxkit.ResponseDecodeError):
             await _drain(hostile.templates.builds("t"))
-    server.on("GET", "/api/v2/templates/t/builds", json_answer_handler())
+    script_server.on("GET", "/api/v2/templates/t/builds", json_answer_handler())
     assert await _drain(hostile.templates.builds("t")) == []
 
 

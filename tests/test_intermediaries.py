@@ -208,7 +208,7 @@ CODED = payload(300_000, seed=9) * 3  # compressible: repeated
 )
 @pytest.mark.parametrize("operation", ["download", "read_bytes", "iter_bytes"])
 async def test_each_coding_a_server_sends_anyway_is_decoded(
-    server: ScriptServer,
+    script_server: ScriptServer,
     hostile: sandboxkit.Client,
     tmp_path: Path,
     encoding: str,
@@ -216,33 +216,33 @@ async def test_each_coding_a_server_sends_anyway_is_decoded(
     operation: str,
 ) -> None:
     """gzip, x-gzip and both deflate forms, sent despite `identity`, decode to the file."""
-    server.always("GET", "/files", coded_answer(encoding, code(CODED)))
-    sbx = on_server(hostile, server.url.rsplit(":", 1)[1])
+    script_server.always("GET", "/files", coded_answer(encoding, code(CODED)))
+    sbx = on_server(hostile, script_server.url.rsplit(":", 1)[1])
     assert await SINKS[operation](sbx, tmp_path) == CODED
-    assert [s.headers.get("Accept-Encoding") for s in server.requests()] == ["identity"]
+    assert [s.headers.get("Accept-Encoding") for s in script_server.requests()] == ["identity"]
 
 
 async def test_a_coded_body_that_ends_early_is_fetched_again_whole(
-    server: ScriptServer, hostile: sandboxkit.Client, tmp_path: Path
+    script_server: ScriptServer, hostile: sandboxkit.Client, tmp_path: Path
 ) -> None:
     """A gzip stream missing its end, in a body that ended cleanly, is a cut: no Range after."""
     whole_stream = _gzip(CODED)
-    server.on("GET", "/files", coded_answer("gzip", whole_stream[: len(whole_stream) // 2]))
-    server.always("GET", "/files", coded_answer("gzip", whole_stream))
-    sbx = on_server(hostile, server.url.rsplit(":", 1)[1])
+    script_server.on("GET", "/files", coded_answer("gzip", whole_stream[: len(whole_stream) // 2]))
+    script_server.always("GET", "/files", coded_answer("gzip", whole_stream))
+    sbx = on_server(hostile, script_server.url.rsplit(":", 1)[1])
     result = await sbx.files.download("/f.bin", tmp_path / "f.bin")
     assert (tmp_path / "f.bin").read_bytes() == CODED
     assert (result.attempts, result.resumes) == (2, 0)
-    assert [s.headers.get("Range") for s in server.requests()] == [None, None]
+    assert [s.headers.get("Range") for s in script_server.requests()] == [None, None]
 
 
 async def test_a_coding_sandboxkit_cannot_decode_fails_at_once_and_writes_nothing(
-    server: ScriptServer, hostile: sandboxkit.Client, tmp_path: Path
+    script_server: ScriptServer, hostile: sandboxkit.Client, tmp_path: Path
 ) -> None:
     """A `br` answer raises ResponseDecodeError naming the coding, after one request."""
-    server.always("GET", "/files", coded_answer("br", b"\x0b\x02\x80hello\x03"))
-    sbx = on_server(hostile, server.url.rsplit(":", 1)[1])
+    script_server.always("GET", "/files", coded_answer("br", b"\x0b\x02\x80hello\x03"))
+    sbx = on_server(hostile, script_server.url.rsplit(":", 1)[1])
     with pytest.raises(sandboxkit.ResponseDecodeError, match="'br'"):
         await sbx.files.download("/f.bin", tmp_path / "f.bin")
-    assert len(server.requests()) == 1
+    assert len(script_server.requests()) == 1
     assert dir_listing(tmp_path) == []

@@ -183,12 +183,12 @@ class ScriptedResolver(AbstractResolver):
 
 
 @pytest.fixture
-async def answering(server: ScriptServer) -> ScriptServer:
+async def answering(script_server: ScriptServer) -> ScriptServer:
     """The scripted server answering a Build page and a file on every request."""
     page = {"request_id": "r", "total": 0, "page": 1, "page_size": 20, "items": []}
-    server.always("GET", "/api/v2/templates/tpl/builds", answer(page))
-    server.always("GET", "/files", answer("file"))
-    return server
+    script_server.always("GET", "/api/v2/templates/tpl/builds", answer(page))
+    script_server.always("GET", "/files", answer("file"))
+    return script_server
 
 
 @pytest.mark.parametrize("plane", PLANES)
