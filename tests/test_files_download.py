@@ -10,7 +10,7 @@ import pytest
 import sandboxkit
 from sandboxkit.emulator import Emulator, Fault
 
-from .test_files_support import (
+from .files_support import (
     CHUNKED,
     NO_RESUME,
     RESUME,

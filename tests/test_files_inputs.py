@@ -13,7 +13,7 @@ import trustme
 import sandboxkit
 from sandboxkit.emulator import Emulator, Fault
 
-from .test_files_support import Box, box, client, dir_listing, emu, idcs, new_box, payload, sha
+from .files_support import Box, box, client, dir_listing, emu, idcs, new_box, payload, sha
 
 __all__ = ["box", "client", "emu"]  # fixtures, re-exported for pytest
 

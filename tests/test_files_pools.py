@@ -13,7 +13,7 @@ import pytest
 import sandboxkit
 from sandboxkit.emulator import Emulator, Fault
 
-from .test_files_support import Box, dir_listing, emu, new_box, payload
+from .files_support import Box, dir_listing, emu, new_box, payload
 
 __all__ = ["emu"]  # fixture, re-exported for pytest
 

@@ -12,7 +12,7 @@ import sandboxkit
 from sandboxkit.emulator import EmulatorResolver
 
 from .conftest import ScriptServer
-from .test_files_support import dir_listing, payload, sha
+from .files_support import dir_listing, payload, sha
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 DATA = payload(100_000, seed=3)

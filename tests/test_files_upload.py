@@ -13,7 +13,7 @@ import sandboxkit
 from sandboxkit.emulator import Emulator, EmulatorResolver, Fault
 
 from .conftest import Handler, ScriptServer, json_answer
-from .test_files_support import (
+from .files_support import (
     NO_RESUME,
     UPLOAD_LIMIT,
     Box,

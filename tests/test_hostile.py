@@ -22,6 +22,7 @@ import sandboxkit
 from sandboxkit.emulator import Emulator, EmulatorResolver, Fault
 
 from .conftest import FakeSleep, ScriptServer, json_answer, raw
+from .files_support import Box, box, client, emu, payload
 from .reliability_support import (
     RawServer,
     close_and_check,
@@ -31,7 +32,6 @@ from .reliability_support import (
     part_files,
 )
 from .test_files_protocol import body_answer
-from .test_files_support import Box, box, client, emu, payload
 
 __all__ = ["box", "client", "emu"]  # fixtures, re-exported for pytest
 

@@ -20,7 +20,7 @@ import sandboxkit
 from sandboxkit.emulator import Emulator, Fault
 
 from .conftest import Handler, ScriptServer
-from .test_files_support import NO_RESUME, RESUME, client, dir_listing, emu, payload, sha
+from .files_support import NO_RESUME, RESUME, client, dir_listing, emu, payload, sha
 from .test_hostile import SINKS, hostile, on_server
 
 __all__ = ["client", "emu", "hostile"]  # fixtures, re-exported for pytest
