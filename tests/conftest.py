@@ -1,4 +1,8 @@
-"""Shared fixtures: a small scriptable aiohttp.web server on 127.0.0.1 and a fake sleep."""
+"""Every shared fixture of the test suite, each name with one meaning.
+
+A scriptable aiohttp.web server on 127.0.0.1 (`script_server`, `script_client`,
+`fake_sleep`, `hostile`) and the emulator (`emulator`, `emulator_client`, `box`).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,9 @@ import pytest
 from aiohttp import web
 
 import sandboxkit
+from sandboxkit.emulator import Emulator, EmulatorResolver
+
+from .files_support import RESUME, Box, idcs, new_box
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -166,3 +173,42 @@ def fake_sleep(script_client: sandboxkit.Client) -> FakeSleep:
     sleeper = FakeSleep()
     script_client._calls.sleep = sleeper
     return sleeper
+
+
+def hostile_client(base_url: str, **options: Any) -> sandboxkit.Client:
+    """A client whose console is `base_url` and whose `*.sandbox.test` hosts are loopback."""
+    return sandboxkit.Client(
+        api_key="sk-hostile-API-KEY",
+        base_url=base_url,
+        data_plane_scheme="http",
+        resolver=EmulatorResolver(),
+        retry=options.pop("retry", sandboxkit.RetryPolicy.no_delay()),
+        **options,
+    )
+
+
+@pytest.fixture
+async def hostile(script_server: ScriptServer) -> AsyncIterator[sandboxkit.Client]:
+    """A client whose console and sandbox host are both the scripted server."""
+    async with hostile_client(script_server.url) as c:
+        yield c
+
+
+@pytest.fixture
+async def emulator() -> AsyncIterator[Emulator]:
+    """A plain-HTTP emulator with the three file-transfer IDCs, the resume one the default."""
+    async with Emulator(idcs=idcs(), default_idc=RESUME) as running:
+        yield running
+
+
+@pytest.fixture
+async def emulator_client(emulator: Emulator) -> AsyncIterator[sandboxkit.Client]:
+    """A client wired to the emulator, retrying without delay."""
+    async with emulator.client(retry=sandboxkit.RetryPolicy.no_delay()) as c:
+        yield c
+
+
+@pytest.fixture
+async def box(emulator: Emulator, emulator_client: sandboxkit.Client) -> Box:
+    """One sandbox on the resume IDC, seen through emulator_client."""
+    return await new_box(emulator, emulator_client)

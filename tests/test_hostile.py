@@ -19,10 +19,10 @@ import pytest
 from aiohttp import web
 
 import sandboxkit
-from sandboxkit.emulator import Emulator, EmulatorResolver, Fault
+from sandboxkit.emulator import Emulator, Fault
 
-from .conftest import FakeSleep, ScriptServer, json_answer, raw
-from .files_support import Box, box, client, emu, payload
+from .conftest import FakeSleep, ScriptServer, hostile_client, json_answer, raw
+from .files_support import Box, payload
 from .reliability_support import (
     RawServer,
     close_and_check,
@@ -32,8 +32,6 @@ from .reliability_support import (
     part_files,
 )
 from .test_files_protocol import body_answer
-
-__all__ = ["box", "client", "emu"]  # fixtures, re-exported for pytest
 
 LIMIT = 10  # seconds any one test may take
 DATA = payload(100_000, seed=11)
@@ -66,17 +64,6 @@ SINKS: dict[str, Sinks] = {
 }
 
 
-def _client(base_url: str, **options: Any) -> sandboxkit.Client:
-    return sandboxkit.Client(
-        api_key="sk-hostile-API-KEY",
-        base_url=base_url,
-        data_plane_scheme="http",
-        resolver=EmulatorResolver(),
-        retry=options.pop("retry", sandboxkit.RetryPolicy.no_delay()),
-        **options,
-    )
-
-
 @pytest.fixture
 async def other() -> AsyncIterator[ScriptServer]:
     """A second server: where redirects point. It must never receive anything."""
@@ -84,13 +71,6 @@ async def other() -> AsyncIterator[ScriptServer]:
     await srv.start()
     yield srv
     await srv.stop()
-
-
-@pytest.fixture
-async def hostile(script_server: ScriptServer) -> AsyncIterator[sandboxkit.Client]:
-    """A client whose console and sandbox host are both the scripted server."""
-    async with _client(script_server.url) as c:
-        yield c
 
 
 def on_server(client: sandboxkit.Client, port: int | str) -> sandboxkit.Sandbox:
@@ -145,33 +125,33 @@ async def _transfer(sbx: sandboxkit.Sandbox, operation: str, remote: Any, tmp: P
 @pytest.mark.parametrize("remote", [*REFUSED_PATHS, None, 7, b"/home/user/x"])
 @pytest.mark.parametrize("operation", ["download", "read_bytes", "iter_bytes", "upload"])
 async def test_hostile_remote_paths_are_refused_before_any_request(
-    emu: Emulator, box: Box, tmp_path: Path, operation: str, remote: Any
+    emulator: Emulator, box: Box, tmp_path: Path, operation: str, remote: Any
 ) -> None:
     """A path with relative segments, NUL, a lone surrogate or the wrong type is a
     ValidationError, and nothing is sent."""
     with anyio.fail_after(LIMIT), pytest.raises(sandboxkit.ValidationError):
         await _transfer(box.handle, operation, remote, tmp_path)
-    assert emu.journal == []
+    assert emulator.journal == []
     assert files_under(tmp_path) == []
 
 
 async def test_ids_that_no_url_can_carry_are_refused(
-    emu: Emulator, client: sandboxkit.Client
+    emulator: Emulator, emulator_client: sandboxkit.Client
 ) -> None:
     """An id with a lone surrogate is a ValidationError before any request, not a
     UnicodeEncodeError from deep inside the request."""
     bad = "id-\udc80"
     calls = [
-        lambda: client.v1.containers.get(bad),
-        lambda: client.v1.containers.delete(bad),
-        lambda: client.v1.containers.shell(bad),
-        lambda: client.v1.elastic_ips.release(bad),
-        lambda: client.v1.vpcs.release(bad),
+        lambda: emulator_client.v1.containers.get(bad),
+        lambda: emulator_client.v1.containers.delete(bad),
+        lambda: emulator_client.v1.containers.shell(bad),
+        lambda: emulator_client.v1.elastic_ips.release(bad),
+        lambda: emulator_client.v1.vpcs.release(bad),
     ]
     for call in calls:
         with anyio.fail_after(LIMIT), pytest.raises(sandboxkit.ValidationError):
             await call()
-    assert emu.journal == []
+    assert emulator.journal == []
 
 
 ODD_PATHS = [
@@ -204,7 +184,9 @@ ODD_PATHS = [
 
 
 @pytest.mark.parametrize("remote", ODD_PATHS, ids=range(len(ODD_PATHS)))
-async def test_odd_but_valid_remote_paths_round_trip(emu: Emulator, box: Box, remote: str) -> None:
+async def test_odd_but_valid_remote_paths_round_trip(
+    emulator: Emulator, box: Box, remote: str
+) -> None:
     """A path the interface allows, however odd, is uploaded and read back at exactly that
     path, and nowhere else."""
     data = payload(3000, seed=len(remote))
@@ -345,7 +327,7 @@ async def test_a_content_length_that_claims_more_is_resumed(
     finishes it with exactly the bytes sent."""
     rawsrv.on(http_answer(200, DATA, {"Accept-Ranges": "bytes"}, length=N + 500))
     rawsrv.on(http_answer(416, b'{"message":"range"}', {"Content-Range": f"bytes */{N}"}))
-    async with _client(f"http://127.0.0.1:{rawsrv.port}") as c:
+    async with hostile_client(f"http://127.0.0.1:{rawsrv.port}") as c:
         with anyio.fail_after(LIMIT):
             result = await on_server(c, rawsrv.port).files.download("/f.bin", tmp_path / "f.bin")
         assert (tmp_path / "f.bin").read_bytes() == DATA and result.size == N
@@ -361,7 +343,7 @@ async def test_a_content_length_that_always_lies_fails_cleanly(
     rawsrv.always(http_answer(200, DATA, {"Accept-Ranges": "none"}, length=N + 500))
     dest = tmp_path / "f.bin"
     dest.write_bytes(b"old")
-    async with _client(f"http://127.0.0.1:{rawsrv.port}") as c:
+    async with hostile_client(f"http://127.0.0.1:{rawsrv.port}") as c:
         with anyio.fail_after(LIMIT), pytest.raises(sandboxkit.APIConnectionError):
             await on_server(c, rawsrv.port).files.download("/f.bin", dest)
         await close_and_check(c, [rawsrv.port])
@@ -378,7 +360,7 @@ async def test_a_content_length_that_claims_less_never_splices(
     retry; and the kept-alive connection they sit on is never reused."""
     rawsrv.on(http_answer(200, DATA, {"Accept-Ranges": "bytes"}, length=N - 500), close=False)
     rawsrv.always(http_answer(200, DATA, {"Accept-Ranges": "bytes"}), close=False)
-    async with _client(f"http://127.0.0.1:{rawsrv.port}") as c:
+    async with hostile_client(f"http://127.0.0.1:{rawsrv.port}") as c:
         sbx = on_server(c, rawsrv.port)
         with anyio.fail_after(LIMIT):
             assert await sbx.files.read_bytes("/f.bin") in (DATA[: N - 500], DATA)
@@ -407,32 +389,34 @@ RETRY_AFTER = {
 
 @pytest.mark.parametrize("plane", ["data", "control"])
 @pytest.mark.parametrize("variant", list(RETRY_AFTER))
-async def test_retry_after_from_a_hostile_server(emu: Emulator, plane: str, variant: str) -> None:
+async def test_retry_after_from_a_hostile_server(
+    emulator: Emulator, plane: str, variant: str
+) -> None:
     """Negative, garbage or non-finite Retry-After falls back to backoff, a usable one is
     waited for, one past the cap raises RateLimitError at once with `retry_after` set."""
     value, expected = RETRY_AFTER[variant]
     policy = sandboxkit.RetryPolicy(max_attempts=3, initial_backoff=0.01, max_backoff=0.01)
-    async with emu.client(retry=policy) as c:
+    async with emulator.client(retry=policy) as c:
         c._calls.sleep = sleeper = FakeSleep()
         # Backoff then waits exactly 0.01 s, so a waited Retry-After of 0 cannot pass as one.
         c._calls.rand = lambda: 1.0
-        body = await emu.create_sandbox()
+        body = await emulator.create_sandbox()
         key = body["data"]["sandbox_key"]
-        (emu.sandbox_root(key) / "home/user/f.bin").write_bytes(b"abc")
+        (emulator.sandbox_root(key) / "home/user/f.bin").write_bytes(b"abc")
         route = "files.download" if plane == "data" else "v1.organizations.get"
-        emu.faults.script(route, Fault.status(429, retry_after=value))
+        emulator.faults.script(route, Fault.status(429, retry_after=value))
 
         async def call() -> Any:
             if plane == "data":
                 return await c.sandbox_from_response(body).files.read_bytes("/home/user/f.bin")
-            return await c.v1.get_organization(emu.org_id)
+            return await c.v1.get_organization(emulator.org_id)
 
         with anyio.fail_after(LIMIT):
             if expected == "raise":
                 with pytest.raises(sandboxkit.RateLimitError) as caught:
                     await call()
                 assert caught.value.retry_after is not None and caught.value.retry_after > 60
-                assert sleeper.delays == [] and len(emu.journal_for(route)) == 1
+                assert sleeper.delays == [] and len(emulator.journal_for(route)) == 1
                 return
             await call()
         assert len(sleeper.delays) == 1
@@ -499,7 +483,7 @@ async def test_redirects_are_never_followed(
     port = script_server.url.rsplit(":", 1)[1]
     for location in _locations(other):
         script_server.on(method, path, _redirect(status, location))
-        async with _client(script_server.url) as c:
+        async with hostile_client(script_server.url) as c:
             with anyio.fail_after(LIMIT), pytest.raises(sandboxkit.APIError) as caught:
                 await run(c, port)
             assert type(caught.value) is sandboxkit.RedirectNotFollowedError
@@ -559,7 +543,7 @@ async def test_gigantic_answer_headers_fail_cleanly(
     port = script_server.url.rsplit(":", 1)[1]
     script_server.always("GET", "/files", _header_bomb(kind))
     script_server.always("GET", "/api/v2/templates/t/builds", _header_bomb(kind))
-    async with _client(script_server.url) as c:
+    async with hostile_client(script_server.url) as c:
         with anyio.fail_after(LIMIT), pytest.raises(sandboxkit.TransportError):
             if plane == "data":
                 await on_server(c, port).files.download("/f.bin", tmp_path / "f.bin")
@@ -605,7 +589,7 @@ async def test_an_endless_control_plane_answer_is_cut_off(
     expected = (
         sandboxkit.ResponseDecodeError if status == 200 else sandboxkit.ServiceUnavailableError
     )
-    async with _client(script_server.url, retry=sandboxkit.RetryPolicy.no_delay(1)) as c:
+    async with hostile_client(script_server.url, retry=sandboxkit.RetryPolicy.no_delay(1)) as c:
         with anyio.fail_after(LIMIT), pytest.raises(expected) as caught:
             await _drain(c.templates.builds("t"))
         await close_and_check(c, [int(script_server.url.rsplit(":", 1)[1])])
