@@ -1,23 +1,33 @@
 """Every shared fixture of the test suite, each name with one meaning.
 
 A scriptable aiohttp.web server on 127.0.0.1 (`script_server`, `script_client`,
-`fake_sleep`, `hostile`) and the emulator (`emulator`, `emulator_client`, `box`).
+`fake_sleep`, `hostile`); the emulator (`emulator`, `emulator_client`, `box`); and the
+emulator on a manual clock that the emulator's own tests speak raw HTTP to
+(`manual_clock`, `clocked_emulator`, `raw_http`, `wire_box`, `bearer`). `loop_reports`
+is for modules that mark themselves with it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import aiohttp
 import attrs
 import pytest
 from aiohttp import web
 
 import sandboxkit
-from sandboxkit.emulator import Emulator, EmulatorResolver
+from sandboxkit.emulator import Emulator, EmulatorResolver, ManualClock
 
+from .emulator.support import Box as WireBox
+from .emulator.support import idcs as emulator_idcs
+from .emulator.support import new_box as new_wire_box
 from .files_support import RESUME, Box, idcs, new_box
+from .reliability_support import settle
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -212,3 +222,54 @@ async def emulator_client(emulator: Emulator) -> AsyncIterator[sandboxkit.Client
 async def box(emulator: Emulator, emulator_client: sandboxkit.Client) -> Box:
     """One sandbox on the resume IDC, seen through emulator_client."""
     return await new_box(emulator, emulator_client)
+
+
+@pytest.fixture
+def manual_clock() -> ManualClock:
+    """The clock clocked_emulator reads, moved only when a test advances it."""
+    return ManualClock()
+
+
+@pytest.fixture
+async def clocked_emulator(manual_clock: ManualClock) -> AsyncIterator[Emulator]:
+    """A plain-HTTP emulator on manual_clock with the emulator tests' three IDCs."""
+    async with Emulator(
+        idcs=emulator_idcs(), default_idc="us-denver-1", clock=manual_clock
+    ) as running:
+        yield running
+
+
+@pytest.fixture
+async def raw_http(clocked_emulator: Emulator) -> AsyncIterator[aiohttp.ClientSession]:
+    """A bare aiohttp session that resolves clocked_emulator's sandbox host names."""
+    connector = aiohttp.TCPConnector(resolver=clocked_emulator.resolver)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        yield session
+
+
+@pytest.fixture
+async def wire_box(clocked_emulator: Emulator) -> WireBox:
+    """One sandbox on clocked_emulator as the wire sees it: key, token and domain."""
+    return await new_wire_box(clocked_emulator)
+
+
+@pytest.fixture
+def bearer(clocked_emulator: Emulator) -> dict[str, str]:
+    """The console's Authorization header for clocked_emulator."""
+    return {"Authorization": f"Bearer {clocked_emulator.api_key}"}
+
+
+@pytest.fixture
+async def loop_reports() -> AsyncIterator[list[dict[str, Any]]]:
+    """Fail the test if the event loop reports anything: a never-retrieved task exception,
+    an unclosed session or connector, an exception in a callback."""
+    loop = asyncio.get_running_loop()
+    reports: list[dict[str, Any]] = []
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _, context: reports.append(context))
+    yield reports
+    for _ in range(3):  # finalizers that gc schedules run on the next loop iterations
+        gc.collect()
+        await settle(lambda: False, rounds=5)
+    loop.set_exception_handler(previous)
+    assert not reports, [str(r.get("message")) + repr(r.get("exception")) for r in reports]

@@ -25,9 +25,8 @@ from sandboxkit.emulator import EmulatorResolver
 
 from .conftest import ScriptServer
 from .reliability_support import busy_connections, part_files, sessions_of, settle
-from .test_cancellation import loop_reports
 
-__all__ = ["HoldingServer", "loop_reports"]  # loop_reports: the autouse fixture, re-exported
+pytestmark = pytest.mark.usefixtures("loop_reports")
 
 LIMIT = 10
 MiB = 1 << 20

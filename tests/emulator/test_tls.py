@@ -10,7 +10,7 @@ import trustme
 
 from sandboxkit.emulator import Emulator
 
-from .conftest import idcs, new_box
+from .support import idcs, new_box
 
 
 @pytest.fixture
@@ -48,7 +48,9 @@ async def test_https_without_trust_fails(tls_emu: Emulator) -> None:
                 pass
 
 
-async def test_plain_http_has_no_ssl_context(emu: Emulator) -> None:
+async def test_plain_http_has_no_ssl_context(clocked_emulator: Emulator) -> None:
     """Without a CA the emulator speaks plain HTTP and offers no SSL context."""
-    assert emu.ssl_context is None
-    assert emu.data_plane_scheme == "http" and emu.base_url.startswith("http://")
+    assert clocked_emulator.ssl_context is None
+    assert clocked_emulator.data_plane_scheme == "http" and clocked_emulator.base_url.startswith(
+        "http://"
+    )
