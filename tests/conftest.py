@@ -1,10 +1,11 @@
 """Every shared fixture of the test suite, each name with one meaning.
 
-A scriptable aiohttp.web server on 127.0.0.1 (`script_server`, `script_client`,
-`fake_sleep`, `hostile`); the emulator (`emulator`, `emulator_client`, `box`); and the
-emulator on a manual clock that the emulator's own tests speak raw HTTP to
-(`manual_clock`, `clocked_emulator`, `raw_http`, `wire_box`, `bearer`). `loop_reports`
-is for modules that mark themselves with it.
+- the scriptable aiohttp.web server on 127.0.0.1: script_server, script_client,
+  fake_sleep, hostile;
+- the emulator: emulator, emulator_client, box, tls_emulator;
+- the emulator on a manual clock, spoken to in raw HTTP by its own tests: manual_clock,
+  clocked_emulator, raw_http, wire_box, bearer;
+- loop_reports, for modules that mark themselves with it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 import aiohttp
 import attrs
 import pytest
+import trustme
 from aiohttp import web
 
 import sandboxkit
@@ -222,6 +224,13 @@ async def emulator_client(emulator: Emulator) -> AsyncIterator[sandboxkit.Client
 async def box(emulator: Emulator, emulator_client: sandboxkit.Client) -> Box:
     """One sandbox on the resume IDC, seen through emulator_client."""
     return await new_box(emulator, emulator_client)
+
+
+@pytest.fixture
+async def tls_emulator() -> AsyncIterator[Emulator]:
+    """The emulator's three IDCs over TLS, with a certificate from a CA trusted by nobody."""
+    async with Emulator(idcs=idcs(), default_idc=RESUME, ca=trustme.CA()) as running:
+        yield running
 
 
 @pytest.fixture

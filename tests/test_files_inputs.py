@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import io
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import trustme
 
 import sandboxkit
 from sandboxkit.emulator import Emulator, Fault
 
-from .files_support import Box, dir_listing, idcs, new_box, payload, sha
+from .files_support import Box, dir_listing, new_box, payload, sha
 
 BAD_REMOTE = ["", "home/user/x", "/home/./x", "/home/../etc/passwd", "/a/b/..", "/x\x00y", None, 7]
 
@@ -112,24 +110,17 @@ async def test_token_stays_on_its_host_and_out_of_reprs(
         assert first.handle._host.token not in shown
 
 
-@pytest.fixture
-async def tls_emu() -> AsyncIterator[Emulator]:
-    """The emulator speaking TLS with a trustme CA."""
-    async with Emulator(idcs=idcs(), ca=trustme.CA()) as running:
-        yield running
-
-
-async def test_transfers_over_tls(tls_emu: Emulator, tmp_path: Path) -> None:
+async def test_transfers_over_tls(tls_emulator: Emulator, tmp_path: Path) -> None:
     """Download with a resume and upload both work over TLS; an untrusting client refuses."""
-    async with tls_emu.client(retry=sandboxkit.RetryPolicy.no_delay()) as tls_client:
-        sbx = await new_box(tls_emu, tls_client)
+    async with tls_emulator.client(retry=sandboxkit.RetryPolicy.no_delay()) as tls_client:
+        sbx = await new_box(tls_emulator, tls_client)
         data = payload(512 * 1024)
         await sbx.files.upload("/home/user/t.bin", data)
-        tls_emu.faults.script("files.download", Fault.cut(after_bytes=100_000))
+        tls_emulator.faults.script("files.download", Fault.cut(after_bytes=100_000))
         result = await sbx.files.download("/home/user/t.bin", tmp_path / "t.bin")
         assert (result.sha256, result.resumes) == (sha(data), 1)
-        assert tls_emu.data_plane_scheme == "https"
-    async with tls_emu.client(ssl=True, retry=sandboxkit.RetryPolicy.none()) as untrusting:
-        body = await tls_emu.create_sandbox()
+        assert tls_emulator.data_plane_scheme == "https"
+    async with tls_emulator.client(ssl=True, retry=sandboxkit.RetryPolicy.none()) as untrusting:
+        body = await tls_emulator.create_sandbox()
         with pytest.raises(sandboxkit.APIConnectionError, match="certificate"):
             await untrusting.sandbox_from_response(body).files.read_bytes("/home/user/t.bin")

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import logging
 import traceback
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-import trustme
 
 import sandboxkit
 from sandboxkit import models
@@ -221,21 +220,14 @@ async def test_each_secret_reaches_only_its_own_host(emulator: Emulator, tmp_pat
         assert secrets_in(_carried(entry), others) == []
 
 
-@pytest.fixture
-async def tls_emu() -> AsyncIterator[Emulator]:
-    """An emulator speaking TLS with a certificate from a CA nobody trusts by default."""
-    async with Emulator(ca=trustme.CA()) as running:
-        yield running
-
-
-async def test_tls_is_verified_by_default(tls_emu: Emulator) -> None:
+async def test_tls_is_verified_by_default(tls_emulator: Emulator) -> None:
     """Without `ssl=`, both planes refuse the untrusted certificate with an
     APIConnectionError that names certificate verification; nothing reaches a handler."""
-    body = await tls_emu.create_sandbox()
+    body = await tls_emulator.create_sandbox()
     client = sandboxkit.Client(
-        api_key=tls_emu.api_key,
-        base_url=tls_emu.base_url,
-        resolver=tls_emu.resolver,
+        api_key=tls_emulator.api_key,
+        base_url=tls_emulator.base_url,
+        resolver=tls_emulator.resolver,
         retry=sandboxkit.RetryPolicy.no_delay(2),
     )
     delays: list[float] = []
@@ -249,28 +241,30 @@ async def test_tls_is_verified_by_default(tls_emu: Emulator) -> None:
             with pytest.raises(
                 sandboxkit.CertificateVerificationError, match="certificate verification"
             ):
-                await client.v1.get_organization(tls_emu.org_id)
+                await client.v1.get_organization(tls_emulator.org_id)
             with pytest.raises(sandboxkit.APIConnectionError, match="certificate verification"):
                 await client.sandbox_from_response(body).files.read_bytes("/home/user/x")
-    assert tls_emu.journal == []
+    assert tls_emulator.journal == []
     assert delays == []  # an untrusted certificate is final: no retry was even planned
 
 
-async def test_tls_with_the_right_ca_succeeds(tls_emu: Emulator) -> None:
+async def test_tls_with_the_right_ca_succeeds(tls_emulator: Emulator) -> None:
     """With `ssl=` a context trusting the CA, both planes work over https."""
-    body = await tls_emu.create_sandbox()
+    body = await tls_emulator.create_sandbox()
     key = body["data"]["sandbox_key"]
-    (tls_emu.sandbox_root(key) / "home/user/f.bin").write_bytes(PAYLOAD)
-    assert tls_emu.ssl_context is not None
+    (tls_emulator.sandbox_root(key) / "home/user/f.bin").write_bytes(PAYLOAD)
+    assert tls_emulator.ssl_context is not None
     async with sandboxkit.Client(
-        api_key=tls_emu.api_key,
-        base_url=tls_emu.base_url,
-        resolver=tls_emu.resolver,
-        ssl=tls_emu.ssl_context,
+        api_key=tls_emulator.api_key,
+        base_url=tls_emulator.base_url,
+        resolver=tls_emulator.resolver,
+        ssl=tls_emulator.ssl_context,
     ) as client:
-        assert tls_emu.base_url.startswith("https://") and client.data_plane_scheme == "https"
+        assert tls_emulator.base_url.startswith("https://") and client.data_plane_scheme == "https"
         with anyio.fail_after(LIMIT):
-            assert (await client.v1.get_organization(tls_emu.org_id)).name
+            assert (await client.v1.get_organization(tls_emulator.org_id)).name
             sbx = client.sandbox_from_response(body)
             assert await sbx.files.read_bytes("/home/user/f.bin") == PAYLOAD
-        await close_and_check(client, [port_of(tls_emu.base_url), port_of(tls_emu.domain)])
+        await close_and_check(
+            client, [port_of(tls_emulator.base_url), port_of(tls_emulator.domain)]
+        )
