@@ -5,6 +5,7 @@
 - the emulator: emulator, emulator_client, box, tls_emulator;
 - the emulator on a manual clock, spoken to in raw HTTP by its own tests: manual_clock,
   clocked_emulator, raw_http, wire_box, bearer;
+- the emulator on a loop thread of its own, for the CLI: emulator_thread;
 - loop_reports, for modules that mark themselves with it.
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import aiohttp
@@ -23,8 +24,9 @@ import trustme
 from aiohttp import web
 
 import sandboxkit
-from sandboxkit.emulator import Emulator, EmulatorResolver, ManualClock
+from sandboxkit.emulator import Emulator, EmulatorResolver, Idc, ManualClock
 
+from .cli_support import EmulatorThread
 from .emulator.support import Box as WireBox
 from .emulator.support import idcs as emulator_idcs
 from .emulator.support import new_box as new_wire_box
@@ -282,3 +284,11 @@ async def loop_reports() -> AsyncIterator[list[dict[str, Any]]]:
         await settle(lambda: False, rounds=5)
     loop.set_exception_handler(previous)
     assert not reports, [str(r.get("message")) + repr(r.get("exception")) for r in reports]
+
+
+@pytest.fixture(scope="module")
+def emulator_thread() -> Iterator[EmulatorThread]:
+    """One emulator per module on a loop thread, with a no-split IDC and 0.4 s builds."""
+    idcs = [Idc("cli-1"), Idc("cli-nosplit", supports_split_flow=False)]
+    with EmulatorThread(idcs=idcs, build_seconds=0.4) as running:
+        yield running
