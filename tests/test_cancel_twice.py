@@ -111,6 +111,7 @@ class HoldingServer:
 
 @pytest.fixture
 async def holding() -> AsyncIterator[HoldingServer]:
+    """A started HoldingServer, stopped after the test."""
     server = HoldingServer()
     await server.start()
     yield server

@@ -101,6 +101,7 @@ class CompressingProxy:
 async def proxy(
     request: pytest.FixtureRequest, emulator: Emulator
 ) -> AsyncIterator[CompressingProxy]:
+    """A compressing proxy in front of the emulator's data plane, in both modes."""
     data_port = int(emulator.domain.rsplit(":", 1)[1])
     running = CompressingProxy(data_port, always=request.param)
     await running.start()

@@ -541,6 +541,8 @@ async def test_connection_refused_is_retried_then_surfaces(fake_sleep_factory: A
 
 @pytest.fixture
 def fake_sleep_factory() -> Any:
+    """A function that gives any client a FakeSleep and returns it."""
+
     def install(client: sandboxkit.Client) -> FakeSleep:
         sleeper = FakeSleep()
         client._calls.sleep = sleeper
