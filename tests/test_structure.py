@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import ast
-import re
 import importlib
 import pkgutil
+import re
 from pathlib import Path
 
 import pytest
