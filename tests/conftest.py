@@ -270,6 +270,14 @@ def bearer(clocked_emulator: Emulator) -> dict[str, str]:
     return {"Authorization": f"Bearer {clocked_emulator.api_key}"}
 
 
+@pytest.fixture(scope="module")
+def emulator_thread() -> Iterator[EmulatorThread]:
+    """One emulator per module on a loop thread, with a no-split IDC and 0.4 s builds."""
+    cli_idcs = [Idc("cli-1"), Idc("cli-nosplit", supports_split_flow=False)]
+    with EmulatorThread(idcs=cli_idcs, build_seconds=0.4) as running:
+        yield running
+
+
 @pytest.fixture
 async def loop_reports() -> AsyncIterator[list[dict[str, Any]]]:
     """Fail the test if the event loop reports anything: a never-retrieved task exception,
@@ -284,11 +292,3 @@ async def loop_reports() -> AsyncIterator[list[dict[str, Any]]]:
         await settle(lambda: False, rounds=5)
     loop.set_exception_handler(previous)
     assert not reports, [str(r.get("message")) + repr(r.get("exception")) for r in reports]
-
-
-@pytest.fixture(scope="module")
-def emulator_thread() -> Iterator[EmulatorThread]:
-    """One emulator per module on a loop thread, with a no-split IDC and 0.4 s builds."""
-    idcs = [Idc("cli-1"), Idc("cli-nosplit", supports_split_flow=False)]
-    with EmulatorThread(idcs=idcs, build_seconds=0.4) as running:
-        yield running
