@@ -1,16 +1,37 @@
-"""Shared fixtures: a small scriptable aiohttp.web server on 127.0.0.1 and a fake sleep."""
+"""Every shared fixture of the test suite, each name with one meaning.
+
+- the scriptable aiohttp.web server on 127.0.0.1: script_server, script_client,
+  fake_sleep, hostile;
+- the emulator: emulator, emulator_client, box, tls_emulator;
+- the emulator on a manual clock, spoken to in raw HTTP by its own tests: manual_clock,
+  clocked_emulator, raw_http, wire_box, bearer;
+- the emulator on a loop thread of its own, for the CLI: emulator_thread;
+- loop_reports, for modules that mark themselves with it.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
+import aiohttp
 import attrs
 import pytest
+import trustme
 from aiohttp import web
 
 import sandboxkit
+from sandboxkit.emulator import Emulator, EmulatorResolver, Idc, ManualClock
+
+from .cli_support import EmulatorThread
+from .emulator.support import Box as WireBox
+from .emulator.support import idcs as emulator_idcs
+from .emulator.support import new_box as new_wire_box
+from .files_support import RESUME, Box, idcs, new_box
+from .reliability_support import settle
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -138,7 +159,8 @@ class FakeSleep:
 
 
 @pytest.fixture
-async def server() -> AsyncIterator[ScriptServer]:
+async def script_server() -> AsyncIterator[ScriptServer]:
+    """A started ScriptServer on 127.0.0.1, stopped after the test."""
     srv = ScriptServer()
     await srv.start()
     yield srv
@@ -149,17 +171,124 @@ API_KEY = "sk-test-SECRET-0123456789"
 
 
 @pytest.fixture
-async def client(server: ScriptServer) -> AsyncIterator[sandboxkit.Client]:
+async def script_client(script_server: ScriptServer) -> AsyncIterator[sandboxkit.Client]:
+    """A Client on the scripted server, with three quick attempts per call."""
     async with sandboxkit.Client(
         api_key=API_KEY,
-        base_url=server.url,
+        base_url=script_server.url,
         retry=sandboxkit.RetryPolicy(max_attempts=3, initial_backoff=0.01, max_backoff=0.01),
     ) as c:
         yield c
 
 
 @pytest.fixture
-def fake_sleep(client: sandboxkit.Client) -> FakeSleep:
+def fake_sleep(script_client: sandboxkit.Client) -> FakeSleep:
+    """The script client's retry sleep, replaced by one that records delays."""
     sleeper = FakeSleep()
-    client._calls.sleep = sleeper
+    script_client._calls.sleep = sleeper
     return sleeper
+
+
+def hostile_client(base_url: str, **options: Any) -> sandboxkit.Client:
+    """A client whose console is `base_url` and whose `*.sandbox.test` hosts are loopback."""
+    return sandboxkit.Client(
+        api_key="sk-hostile-API-KEY",
+        base_url=base_url,
+        data_plane_scheme="http",
+        resolver=EmulatorResolver(),
+        retry=options.pop("retry", sandboxkit.RetryPolicy.no_delay()),
+        **options,
+    )
+
+
+@pytest.fixture
+async def hostile(script_server: ScriptServer) -> AsyncIterator[sandboxkit.Client]:
+    """A client whose console and sandbox host are both the scripted server."""
+    async with hostile_client(script_server.url) as c:
+        yield c
+
+
+@pytest.fixture
+async def emulator() -> AsyncIterator[Emulator]:
+    """A plain-HTTP emulator with the three file-transfer IDCs, the resume one the default."""
+    async with Emulator(idcs=idcs(), default_idc=RESUME) as running:
+        yield running
+
+
+@pytest.fixture
+async def emulator_client(emulator: Emulator) -> AsyncIterator[sandboxkit.Client]:
+    """A client wired to the emulator, retrying without delay."""
+    async with emulator.client(retry=sandboxkit.RetryPolicy.no_delay()) as c:
+        yield c
+
+
+@pytest.fixture
+async def box(emulator: Emulator, emulator_client: sandboxkit.Client) -> Box:
+    """One sandbox on the resume IDC, seen through emulator_client."""
+    return await new_box(emulator, emulator_client)
+
+
+@pytest.fixture
+async def tls_emulator() -> AsyncIterator[Emulator]:
+    """The emulator's three IDCs over TLS, with a certificate from a CA trusted by nobody."""
+    async with Emulator(idcs=idcs(), default_idc=RESUME, ca=trustme.CA()) as running:
+        yield running
+
+
+@pytest.fixture
+def manual_clock() -> ManualClock:
+    """The clock clocked_emulator reads, moved only when a test advances it."""
+    return ManualClock()
+
+
+@pytest.fixture
+async def clocked_emulator(manual_clock: ManualClock) -> AsyncIterator[Emulator]:
+    """A plain-HTTP emulator on manual_clock with the emulator tests' three IDCs."""
+    async with Emulator(
+        idcs=emulator_idcs(), default_idc="us-denver-1", clock=manual_clock
+    ) as running:
+        yield running
+
+
+@pytest.fixture
+async def raw_http(clocked_emulator: Emulator) -> AsyncIterator[aiohttp.ClientSession]:
+    """A bare aiohttp session that resolves clocked_emulator's sandbox host names."""
+    connector = aiohttp.TCPConnector(resolver=clocked_emulator.resolver)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        yield session
+
+
+@pytest.fixture
+async def wire_box(clocked_emulator: Emulator) -> WireBox:
+    """One sandbox on clocked_emulator as the wire sees it: key, token and domain."""
+    return await new_wire_box(clocked_emulator)
+
+
+@pytest.fixture
+def bearer(clocked_emulator: Emulator) -> dict[str, str]:
+    """The console's Authorization header for clocked_emulator."""
+    return {"Authorization": f"Bearer {clocked_emulator.api_key}"}
+
+
+@pytest.fixture(scope="module")
+def emulator_thread() -> Iterator[EmulatorThread]:
+    """One emulator per module on a loop thread, with a no-split IDC and 0.4 s builds."""
+    cli_idcs = [Idc("cli-1"), Idc("cli-nosplit", supports_split_flow=False)]
+    with EmulatorThread(idcs=cli_idcs, build_seconds=0.4) as running:
+        yield running
+
+
+@pytest.fixture
+async def loop_reports() -> AsyncIterator[list[dict[str, Any]]]:
+    """Fail the test if the event loop reports anything: a never-retrieved task exception,
+    an unclosed session or connector, an exception in a callback."""
+    loop = asyncio.get_running_loop()
+    reports: list[dict[str, Any]] = []
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _, context: reports.append(context))
+    yield reports
+    for _ in range(3):  # finalizers that gc schedules run on the next loop iterations
+        gc.collect()
+        await settle(lambda: False, rounds=5)
+    loop.set_exception_handler(previous)
+    assert not reports, [str(r.get("message")) + repr(r.get("exception")) for r in reports]

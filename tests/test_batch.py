@@ -19,14 +19,9 @@ FAST_RETRY = sandboxkit.RetryPolicy(max_attempts=8, initial_backoff=0.001, max_b
 
 
 @pytest.fixture
-async def emu() -> AsyncIterator[Emulator]:
-    async with Emulator() as emulator:
-        yield emulator
-
-
-@pytest.fixture
-async def client(emu: Emulator) -> AsyncIterator[sandboxkit.Client]:
-    async with emu.client(retry=FAST_RETRY) as c:
+async def batch_client(emulator: Emulator) -> AsyncIterator[sandboxkit.Client]:
+    """A client on the emulator whose retries wait a few milliseconds, up to eight attempts."""
+    async with emulator.client(retry=FAST_RETRY) as c:
         yield c
 
 
@@ -70,19 +65,22 @@ def download_jobs(
 
 
 async def test_thousand_downloads_with_faults_all_complete(
-    emu: Emulator, client: sandboxkit.Client, tmp_path: Path
+    emulator: Emulator, batch_client: sandboxkit.Client, tmp_path: Path
 ) -> None:
     """1,000 downloads on 100 sandboxes with 10% injected faults all land with the right sha256."""
-    refs = await make_sandboxes(emu, 100)
-    digests = put_files(emu, refs, 10, seed=1)
+    refs = await make_sandboxes(emulator, 100)
+    digests = put_files(emulator, refs, 10, seed=1)
     jobs = download_jobs(refs, 10, tmp_path)
-    emu.faults.random(
+    emulator.faults.random(
         seed=7, rates={"429": 0.04, "502": 0.03, "cut": 0.03}, routes=("files.download",)
     )
     seen: list[tuple[int, int]] = []
 
     result = await batch.download_many(
-        client, jobs, concurrency=256, progress=lambda done, total, _: seen.append((done, total))
+        batch_client,
+        jobs,
+        concurrency=256,
+        progress=lambda done, total, _: seen.append((done, total)),
     )
 
     assert [o.job for o in result.outcomes] == jobs
@@ -93,7 +91,7 @@ async def test_thousand_downloads_with_faults_all_complete(
         assert outcome.result.sha256 == want
         assert hashlib.sha256(outcome.job.local.read_bytes()).hexdigest() == want
     summary = result.summary
-    faults = sum(emu.faults.injected.values())
+    faults = sum(emulator.faults.injected.values())
     assert 50 <= faults <= 160  # about 10% of ~1,100 requests: the faults really happened
     assert (summary.total, summary.done, summary.failed) == (1000, 1000, 0)
     assert summary.bytes == sum(o.job.local.stat().st_size for o in result.outcomes)
@@ -101,21 +99,21 @@ async def test_thousand_downloads_with_faults_all_complete(
     assert summary.attempts == 1000 + faults
     assert summary.retries == faults
     # A cut continues with a ranged GET (which a later fault may make ranged again).
-    assert emu.faults.injected["cut"] > 0
+    assert emulator.faults.injected["cut"] > 0
     assert summary.resumes is not None and 0 < summary.resumes <= summary.retries
     assert summary.elapsed > 0
     assert seen == [(n, 1000) for n in range(1, 1001)]
 
 
 async def test_deleted_sandbox_fails_only_its_jobs(
-    emu: Emulator, client: sandboxkit.Client, tmp_path: Path
+    emulator: Emulator, batch_client: sandboxkit.Client, tmp_path: Path
 ) -> None:
     """A sandbox deleted mid-run fails exactly its own jobs, each with NotFoundError."""
-    refs = await make_sandboxes(emu, 20)
-    put_files(emu, refs, 10, seed=2)
+    refs = await make_sandboxes(emulator, 20)
+    put_files(emulator, refs, 10, seed=2)
     doomed = refs[-1]  # its jobs come last, so they start only after the deletion
     jobs = download_jobs(refs, 10, tmp_path)
-    emu.faults.random(seed=3, rates={"429": 0.05, "502": 0.05}, routes=("files.download",))
+    emulator.faults.random(seed=3, rates={"429": 0.05, "502": 0.05}, routes=("files.download",))
     halfway = anyio.Event()
     deleted = False
 
@@ -126,12 +124,12 @@ async def test_deleted_sandbox_fails_only_its_jobs(
     async def delete_when_halfway() -> None:
         nonlocal deleted
         await halfway.wait()
-        await emu.delete_sandbox(doomed.sandbox_key)
+        await emulator.delete_sandbox(doomed.sandbox_key)
         deleted = True
 
     async with anyio.create_task_group() as group:
         group.start_soon(delete_when_halfway)
-        result = await batch.download_many(client, jobs, concurrency=8, progress=progress)
+        result = await batch.download_many(batch_client, jobs, concurrency=8, progress=progress)
 
     assert deleted
     failed = [o for o in result.outcomes if not o.ok]
@@ -142,25 +140,25 @@ async def test_deleted_sandbox_fails_only_its_jobs(
 
 
 async def test_upload_many_writes_every_file(
-    emu: Emulator, client: sandboxkit.Client, tmp_path: Path
+    emulator: Emulator, batch_client: sandboxkit.Client, tmp_path: Path
 ) -> None:
     """upload_many puts every local file into its sandbox despite injected faults."""
-    refs = await make_sandboxes(emu, 10)
+    refs = await make_sandboxes(emulator, 10)
     rng = random.Random(4)
     jobs = []
     for i, ref in enumerate(refs * 5):
         source = tmp_path / f"src{i}.bin"
         source.write_bytes(rng.randbytes(rng.randint(4 << 10, 32 << 10)))
         jobs.append(batch.UploadJob(ref, f"/home/user/up{i}.bin", source))
-    emu.faults.random(seed=5, rates={"429": 0.1, "502": 0.1}, routes=("files.upload",))
+    emulator.faults.random(seed=5, rates={"429": 0.1, "502": 0.1}, routes=("files.upload",))
 
-    result = await batch.upload_many(client, jobs, concurrency=16)
+    result = await batch.upload_many(batch_client, jobs, concurrency=16)
 
     assert result.ok, result.failures[:3]
-    assert emu.faults.injected  # the retries were exercised
+    assert emulator.faults.injected  # the retries were exercised
     for outcome in result.outcomes:
         assert outcome.result is not None and outcome.result.path == outcome.job.remote
-        stored = emu.sandbox_root(outcome.job.sandbox.sandbox_key) / outcome.job.remote[1:]
+        stored = emulator.sandbox_root(outcome.job.sandbox.sandbox_key) / outcome.job.remote[1:]
         assert stored.read_bytes() == outcome.job.local.read_bytes()
     summary = result.summary
     assert summary.bytes == sum(j.local.stat().st_size for j in jobs)
@@ -184,40 +182,40 @@ async def test_upload_many_writes_every_file(
     ],
 )
 async def test_bad_download_job_fails_before_any_request(
-    emu: Emulator, client: sandboxkit.Client, tmp_path: Path, bad: object, message: str
+    emulator: Emulator, batch_client: sandboxkit.Client, tmp_path: Path, bad: object, message: str
 ) -> None:
     """A bad job anywhere in the list raises ValidationError naming it, and nothing is sent."""
-    (ref,) = await make_sandboxes(emu, 1)
-    put_files(emu, [ref], 3, seed=6)
+    (ref,) = await make_sandboxes(emulator, 1)
+    put_files(emulator, [ref], 3, seed=6)
     jobs: list[batch.DownloadJob] = download_jobs([ref], 3, tmp_path)
     jobs[0] = batch.DownloadJob(ref, "/home/user/f0.bin", tmp_path / "0.bin")
     jobs.insert(2, bad(ref, tmp_path))  # type: ignore[operator]
-    emu.journal.clear()
+    emulator.journal.clear()
 
     with pytest.raises(sandboxkit.ValidationError, match=r"jobs\[2\]") as caught:
-        await batch.download_many(client, jobs)
+        await batch.download_many(batch_client, jobs)
 
     assert message in str(caught.value)
-    assert emu.journal == []
+    assert emulator.journal == []
     assert nothing_written(tmp_path)
 
 
 async def test_bad_upload_job_and_concurrency_fail_before_any_request(
-    emu: Emulator, client: sandboxkit.Client, tmp_path: Path
+    emulator: Emulator, batch_client: sandboxkit.Client, tmp_path: Path
 ) -> None:
     """A missing upload source or a zero concurrency is refused before any request."""
-    (ref,) = await make_sandboxes(emu, 1)
+    (ref,) = await make_sandboxes(emulator, 1)
     good = tmp_path / "a.bin"
     good.write_bytes(b"a")
     jobs = [batch.UploadJob(ref, "/home/user/a", good), batch.UploadJob(ref, "/x", tmp_path / "b")]
-    emu.journal.clear()
+    emulator.journal.clear()
 
     with pytest.raises(sandboxkit.ValidationError, match=r"jobs\[1\].*does not exist"):
-        await batch.upload_many(client, jobs)
+        await batch.upload_many(batch_client, jobs)
     with pytest.raises(sandboxkit.ValidationError, match="concurrency"):
-        await batch.upload_many(client, jobs[:1], concurrency=0)
+        await batch.upload_many(batch_client, jobs[:1], concurrency=0)
 
-    assert emu.journal == []
+    assert emulator.journal == []
 
 
 def test_refs_hide_tokens_and_results_pickle(tmp_path: Path) -> None:

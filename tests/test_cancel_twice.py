@@ -25,9 +25,8 @@ from sandboxkit.emulator import EmulatorResolver
 
 from .conftest import ScriptServer
 from .reliability_support import busy_connections, part_files, sessions_of, settle
-from .test_cancellation import loop_reports
 
-__all__ = ["HoldingServer", "loop_reports"]  # loop_reports: the autouse fixture, re-exported
+pytestmark = pytest.mark.usefixtures("loop_reports")
 
 LIMIT = 10
 MiB = 1 << 20
@@ -112,6 +111,7 @@ class HoldingServer:
 
 @pytest.fixture
 async def holding() -> AsyncIterator[HoldingServer]:
+    """A started HoldingServer, stopped after the test."""
     server = HoldingServer()
     await server.start()
     yield server
@@ -284,7 +284,7 @@ async def test_an_upload_cancelled_while_its_server_stops_reading_closes_its_sou
 
 
 async def test_a_client_closed_by_a_task_cancelled_twice_closes_every_session(
-    server: ScriptServer,
+    script_server: ScriptServer,
 ) -> None:
     """`async with Client` whose task is cancelled again while it closes its pools still
     closes every session."""
@@ -302,11 +302,11 @@ async def test_a_client_closed_by_a_task_cancelled_twice_closes_every_session(
         await release.wait()
         return response
 
-    server.always("GET", "/files", download)
-    port = server.url.rsplit(":", 1)[1]
+    script_server.always("GET", "/files", download)
+    port = script_server.url.rsplit(":", 1)[1]
     client = sandboxkit.Client(
         api_key="sk-unused",
-        base_url=server.url,
+        base_url=script_server.url,
         data_plane_scheme="http",
         resolver=EmulatorResolver(),
         retry=sandboxkit.RetryPolicy.no_delay(max_attempts=1),

@@ -25,7 +25,7 @@ import pytest
 from aiohttp import web
 
 import sandboxkit
-from sandboxkit.emulator import Emulator, EmulatorResolver, Fault, ManualClock
+from sandboxkit.emulator import Emulator, EmulatorResolver, Fault
 
 from .conftest import ScriptServer, json_answer
 from .reliability_support import (
@@ -43,35 +43,14 @@ DATA = random.Random(BASE_SEED).randbytes(2 * 2**20)
 CHUNK = 16 * 1024
 
 
-@pytest.fixture(autouse=True)
-async def loop_reports() -> AsyncIterator[list[dict[str, Any]]]:
-    """Fail the test if the event loop reports anything: a never-retrieved task exception,
-    an unclosed session or connector, an exception in a callback."""
-    loop = asyncio.get_running_loop()
-    reports: list[dict[str, Any]] = []
-    previous = loop.get_exception_handler()
-    loop.set_exception_handler(lambda _, context: reports.append(context))
-    yield reports
-    for _ in range(3):  # finalizers that gc schedules run on the next loop iterations
-        gc.collect()
-        await settle(lambda: False, rounds=5)
-    loop.set_exception_handler(previous)
-    assert not reports, [str(r.get("message")) + repr(r.get("exception")) for r in reports]
+pytestmark = pytest.mark.usefixtures("loop_reports")
 
 
 @pytest.fixture
-async def emu() -> AsyncIterator[Emulator]:
-    """An emulator whose builds have finished (logs to page through)."""
-    clock = ManualClock()
-    async with Emulator(clock=clock) as running:
-        yield running
-
-
-@pytest.fixture
-async def client(emu: Emulator) -> AsyncIterator[sandboxkit.Client]:
+async def one_slot_client(clocked_emulator: Emulator) -> AsyncIterator[sandboxkit.Client]:
     """One slot per sandbox host: a slot leaked by a cancellation would hang the next call."""
     limits = sandboxkit.Limits(per_host_connections=1, control_plane_connections=1)
-    async with emu.client(retry=sandboxkit.RetryPolicy.no_delay(), limits=limits) as c:
+    async with clocked_emulator.client(retry=sandboxkit.RetryPolicy.no_delay(), limits=limits) as c:
         yield c
 
 
@@ -95,16 +74,22 @@ async def _check_still_works(sbx: sandboxkit.Sandbox, client: sandboxkit.Client)
     ("kind", "case_seed"), _cases(["download", "iter_bytes", "upload", "read_bytes"], 6)
 )
 async def test_a_transfer_cancelled_at_a_seeded_point(
-    emu: Emulator, client: sandboxkit.Client, tmp_path: Path, kind: str, case_seed: int
+    clocked_emulator: Emulator,
+    one_slot_client: sandboxkit.Client,
+    tmp_path: Path,
+    kind: str,
+    case_seed: int,
 ) -> None:
     """Cancelled after a seeded number of chunks (or a seeded tiny timeout), sometimes amid
     retries, a transfer leaves no temporary file, an intact dest, and no held connection."""
     rng = random.Random(case_seed)
     note = f"{kind}, seed {case_seed} (replay: SANDBOXKIT_SEED={BASE_SEED})"
-    sbx = await _box(emu, client)
+    sbx = await _box(clocked_emulator, one_slot_client)
     if rng.random() < 0.5:
         route = "files.upload" if kind == "upload" else "files.download"
-        emu.faults.script(route, Fault.cut(rng.randrange(len(DATA))), Fault.status(503))
+        clocked_emulator.faults.script(
+            route, Fault.cut(rng.randrange(len(DATA))), Fault.status(503)
+        )
     dest = tmp_path / "dest.bin"
     dest.write_bytes(b"old")
     # Uploads report progress per 1 MiB read from the source; downloads per received chunk.
@@ -137,8 +122,10 @@ async def test_a_transfer_cancelled_at_a_seeded_point(
         if kind == "download":  # the only kind that writes into tmp_path
             assert part_files(tmp_path) == [], note
             assert dest.read_bytes() == b"old", note
-        await _check_still_works(sbx, client)
-    await close_and_check(client, [port_of(emu.base_url), port_of(emu.domain)])
+        await _check_still_works(sbx, one_slot_client)
+    await close_and_check(
+        one_slot_client, [port_of(clocked_emulator.base_url), port_of(clocked_emulator.domain)]
+    )
 
 
 async def _create(c: sandboxkit.Client, emu: Emulator) -> Any:
@@ -152,13 +139,13 @@ CONTROL = ["templates.create", "builds", "build_logs", "v1.get", "v1.post"]
 
 @pytest.mark.parametrize(("kind", "case_seed"), _cases(CONTROL, 3))
 async def test_control_plane_calls_cancelled_at_seeded_times(
-    emu: Emulator, client: sandboxkit.Client, kind: str, case_seed: int
+    clocked_emulator: Emulator, one_slot_client: sandboxkit.Client, kind: str, case_seed: int
 ) -> None:
     """A control-plane call cancelled after a seeded tiny timeout, amid faults and retries,
     either completed or was cancelled; it never holds a connection and the client works on."""
     rng = random.Random(case_seed)
-    created = await _create(client, emu)
-    emu.add_builds(created.id, 30)
+    created = await _create(one_slot_client, clocked_emulator)
+    clocked_emulator.add_builds(created.id, 30)
     routes = {
         "templates.create": "templates.create",
         "builds": "builds.list",
@@ -168,61 +155,63 @@ async def test_control_plane_calls_cancelled_at_seeded_times(
     }
     with anyio.fail_after(LIMIT):
         for _ in range(8):
-            emu.faults.script(
+            clocked_emulator.faults.script(
                 routes[kind], rng.choice([Fault.status(503), Fault.cut(5), Fault.delay(0.002)])
             )
             with anyio.move_on_after(rng.uniform(0, 0.004)) as scope:
                 if kind == "templates.create":
-                    await _create(client, emu)
+                    await _create(one_slot_client, clocked_emulator)
                 elif kind == "builds":
-                    [b async for b in client.templates.builds(created.id, page_size=3)]
+                    [b async for b in one_slot_client.templates.builds(created.id, page_size=3)]
                 elif kind == "build_logs":
-                    async with client.templates.build_logs(
+                    async with one_slot_client.templates.build_logs(
                         created.id, created.build_id, limit=1
                     ) as entries:
                         [e async for e in entries]
                 elif kind == "v1.get":
-                    await client.v1.get_organization(emu.org_id)
+                    await one_slot_client.v1.get_organization(clocked_emulator.org_id)
                 else:
                     # Never retried (DESIGN 5): its injected fault surfaces, as it should.
                     with suppress(
                         sandboxkit.ServiceUnavailableError, sandboxkit.APIConnectionError
                     ):
-                        await client.v1.create_api_key(emu.org_id, "k")
+                        await one_slot_client.v1.create_api_key(clocked_emulator.org_id, "k")
             del scope
-            emu.faults.clear()
-            assert busy_connections(client) == 0, f"seed {case_seed}"
-        assert (await client.v1.get_organization(emu.org_id)).name
-    await close_and_check(client, [port_of(emu.base_url), port_of(emu.domain)])
+            clocked_emulator.faults.clear()
+            assert busy_connections(one_slot_client) == 0, f"seed {case_seed}"
+        assert (await one_slot_client.v1.get_organization(clocked_emulator.org_id)).name
+    await close_and_check(
+        one_slot_client, [port_of(clocked_emulator.base_url), port_of(clocked_emulator.domain)]
+    )
 
 
 async def test_cancellation_during_a_retry_wait_is_not_swallowed(
-    emu: Emulator, client: sandboxkit.Client
+    clocked_emulator: Emulator, one_slot_client: sandboxkit.Client
 ) -> None:
     """A call cancelled while it waits to retry stops at once: no further request, no
     swallowed cancellation."""
-    client._calls.policy = sandboxkit.RetryPolicy(initial_backoff=30, max_backoff=30)
-    client._calls.rand = lambda: 1.0  # the full 30 s backoff
-    emu.faults.script("v1.organizations.get", Fault.status(503))
+    one_slot_client._calls.policy = sandboxkit.RetryPolicy(initial_backoff=30, max_backoff=30)
+    one_slot_client._calls.rand = lambda: 1.0  # the full 30 s backoff
+    clocked_emulator.faults.script("v1.organizations.get", Fault.status(503))
     started = time.monotonic()
     with anyio.move_on_after(0.1) as scope:
-        await client.v1.get_organization(emu.org_id)
+        await one_slot_client.v1.get_organization(clocked_emulator.org_id)
     assert scope.cancelled_caught and time.monotonic() - started < 5
-    assert len(emu.journal_for("v1.organizations.get")) == 1
+    assert len(clocked_emulator.journal_for("v1.organizations.get")) == 1
 
 
 async def test_an_abandoned_stream_is_finalized_quietly(
-    emu: Emulator, client: sandboxkit.Client
+    clocked_emulator: Emulator, one_slot_client: sandboxkit.Client
 ) -> None:
     """A stream left mid-file without `aclose()` is finalized by the loop: its connection
     is released and no task exception goes unretrieved."""
-    sbx = await _box(emu, client)
+    sbx = await _box(clocked_emulator, one_slot_client)
     stream = sbx.files.iter_bytes("/home/user/data.bin", chunk_size=CHUNK)
     assert len(await stream.__anext__()) > 0
     del stream
     gc.collect()
-    assert await settle(lambda: busy_connections(client) == 0, rounds=200)
-    await _check_still_works(sbx, client)
+    assert await settle(lambda: busy_connections(one_slot_client) == 0, rounds=200)
+    await _check_still_works(sbx, one_slot_client)
 
 
 class Stalled:
@@ -259,19 +248,19 @@ class Stalled:
 
 
 async def test_aclose_while_transfers_run_fails_them_cleanly(
-    server: ScriptServer, tmp_path: Path
+    script_server: ScriptServer, tmp_path: Path
 ) -> None:
     """`aclose()` with a download, read_bytes, iter_bytes, upload and control-plane call in
     flight ends every one with a sandboxkit exception, removes the temporary file, and
     leaves no socket open."""
     stalled = Stalled()
-    server.always("GET", "/files", stalled.download)
-    server.always("GET", "/api/v2/templates/t/builds", stalled.control)
-    server.always("POST", "/files", stalled.upload)
-    port = server.url.rsplit(":", 1)[1]
+    script_server.always("GET", "/files", stalled.download)
+    script_server.always("GET", "/api/v2/templates/t/builds", stalled.control)
+    script_server.always("POST", "/files", stalled.upload)
+    port = script_server.url.rsplit(":", 1)[1]
     client = sandboxkit.Client(
         api_key="sk-key",
-        base_url=server.url,
+        base_url=script_server.url,
         data_plane_scheme="http",
         resolver=EmulatorResolver(),
         retry=sandboxkit.RetryPolicy.no_delay(),
@@ -341,16 +330,19 @@ async def _all(items: Any) -> list[Any]:
 
 @pytest.mark.parametrize("plane", ["data", "control"])
 async def test_aclose_as_an_answer_head_arrives(
-    emu: Emulator, client: sandboxkit.Client, monkeypatch: pytest.MonkeyPatch, plane: str
+    clocked_emulator: Emulator,
+    one_slot_client: sandboxkit.Client,
+    monkeypatch: pytest.MonkeyPatch,
+    plane: str,
 ) -> None:
     """When `aclose()` runs between an answer's head arriving and its body being read, the
     call ends in ClientStateError, not in aiohttp's bare RuntimeError or a hang."""
-    sbx = await _box(emu, client)
+    sbx = await _box(clocked_emulator, one_slot_client)
     real = aiohttp.ClientSession._request
 
     async def racing(self: aiohttp.ClientSession, *args: Any, **kwargs: Any) -> Any:
         response = await real(self, *args, **kwargs)
-        await client.aclose()  # the head is in; the body is not read yet
+        await one_slot_client.aclose()  # the head is in; the body is not read yet
         return response
 
     monkeypatch.setattr(aiohttp.ClientSession, "_request", racing)
@@ -358,6 +350,8 @@ async def test_aclose_as_an_answer_head_arrives(
         if plane == "data":
             await sbx.files.read_bytes("/home/user/data.bin")
         else:
-            await client.v1.get_organization(emu.org_id)
+            await one_slot_client.v1.get_organization(clocked_emulator.org_id)
     monkeypatch.undo()
-    await close_and_check(client, [port_of(emu.base_url), port_of(emu.domain)])
+    await close_and_check(
+        one_slot_client, [port_of(clocked_emulator.base_url), port_of(clocked_emulator.domain)]
+    )

@@ -1,95 +1,22 @@
 """The `sandboxkit` CLI against a real emulator: output, exit codes, and nothing sent on bad input.
 
 The CLI runs its own event loop (`asyncio.run`), so the emulator runs in a background thread
-with a loop of its own; click's `CliRunner` then drives the CLI in-process.
+(`emulator_thread`, see tests/cli_support.py); click's `CliRunner` drives the CLI in-process.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
-from collections.abc import Coroutine, Iterator
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import CliRunner
 
 import sandboxkit
 from sandboxkit.cli import cli
 from sandboxkit.cli._app import describe
-from sandboxkit.emulator import Emulator, Idc
 
-T = TypeVar("T")
-
-
-class EmulatorThread:
-    """An `Emulator` served by an event loop in a daemon thread."""
-
-    def __init__(self, **options: Any) -> None:
-        self._options = options
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self.emu: Emulator
-
-    def call(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        """Run `coroutine` on the emulator's loop and wait for its result."""
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout=60)
-
-    def __enter__(self) -> EmulatorThread:
-        self._thread.start()
-
-        async def start() -> Emulator:
-            emu = Emulator(**self._options)
-            await emu.start()
-            return emu
-
-        self.emu = self.call(start())
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.call(self.emu.close())
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join()
-        self._loop.run_until_complete(self._loop.shutdown_default_executor())
-        self._loop.close()
-
-    def env(self) -> dict[str, str]:
-        """Environment pointing the CLI's control-plane commands at this emulator."""
-        return {"SANDBOXKIT_API_KEY": self.emu.api_key, "SANDBOXKIT_BASE_URL": self.emu.base_url}
-
-    def sandbox_env(self) -> dict[str, str]:
-        """Environment naming a fresh sandbox for the `files` commands."""
-        data = self.call(self.emu.create_sandbox())["data"]
-        return {
-            "SANDBOXKIT_SANDBOX_KEY": data["sandbox_key"],
-            "SANDBOXKIT_SANDBOX_DOMAIN": data["domain"],
-            "SANDBOXKIT_SANDBOX_TOKEN": data["sandbox_access_token"],
-            "SANDBOXKIT_DATA_PLANE_SCHEME": "http",
-        }
-
-
-@pytest.fixture(scope="module")
-def emu() -> Iterator[EmulatorThread]:
-    idcs = [Idc("cli-1"), Idc("cli-nosplit", supports_split_flow=False)]
-    with EmulatorThread(idcs=idcs, build_seconds=0.4) as running:
-        yield running
-
-
-def invoke(emu: EmulatorThread, *args: str, env: dict[str, str] | None = None) -> Result:
-    """Run the CLI in-process with the emulator's settings in the environment."""
-    return CliRunner().invoke(cli, list(args), env={**emu.env(), **(env or {})})
-
-
-def assert_one_line_error(result: Result, code: int, *fragments: str) -> None:
-    """The failure is exactly one line on stderr, with no traceback."""
-    assert result.exit_code == code, result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("error: ")
-    assert "Traceback" not in result.output
-    for fragment in fragments:
-        assert fragment in lines[0]
+from .cli_support import EmulatorThread, assert_one_line_error, invoke
 
 
 def create(emu: EmulatorThread, name: str, *extra: str) -> dict[str, Any]:
@@ -106,63 +33,67 @@ def create(emu: EmulatorThread, name: str, *extra: str) -> dict[str, Any]:
 # --- templates create --------------------------------------------------------------------
 
 
-def test_create_twice_under_one_key_replays(emu: EmulatorThread) -> None:
+def test_create_twice_under_one_key_replays(emulator_thread: EmulatorThread) -> None:
     """A second create under the same key prints replayed=True and the same ids."""
     args = ["templates", "create", "twice", "--product", "sku-small", "--idempotency-key", "k-1"]
-    first, second = invoke(emu, *args), invoke(emu, *args)
+    first, second = invoke(emulator_thread, *args), invoke(emulator_thread, *args)
     assert first.exit_code == second.exit_code == 0, first.output + second.output
     assert "replayed=False" in first.stdout and "replayed=True" in second.stdout
     assert first.stdout.split()[:4] == second.stdout.split()[:4]  # template and build ids
-    sent = emu.emu.journal_for("templates.create")[-1]
+    sent = emulator_thread.emu.journal_for("templates.create")[-1]
     assert sent.headers["Idempotency-Key"] == "k-1"
 
 
-def test_create_labels_and_split_flow(emu: EmulatorThread) -> None:
+def test_create_labels_and_split_flow(emulator_thread: EmulatorThread) -> None:
     """--label and --split reach the service; a split-flow build waits."""
-    created = create(emu, "labelled", "--label", "team=ml", "--split", "--idempotency-key", "k-l")
+    created = create(
+        emulator_thread, "labelled", "--label", "team=ml", "--split", "--idempotency-key", "k-l"
+    )
     assert created["status"] == "waiting" and created["replayed"] is False
-    assert emu.emu.build_status(created["build_id"]) == "waiting"
+    assert emulator_thread.emu.build_status(created["build_id"]) == "waiting"
     # The label is in the body the key was first used with: another label is a mismatch.
     relabelled = invoke(
-        emu, "templates", "create", "labelled", "--cpu", "2", "--memory-mb", "2048",
+        emulator_thread, "templates", "create", "labelled", "--cpu", "2", "--memory-mb", "2048",
         "--disk-mb", "4096", "--label", "team=other", "--split", "--idempotency-key", "k-l",
     )  # fmt: skip
     assert relabelled.exit_code == 1, relabelled.output
     assert "IdempotencyMismatchError" in relabelled.output
 
 
-def test_create_bad_name_is_one_line_and_sends_nothing(emu: EmulatorThread) -> None:
+def test_create_bad_name_is_one_line_and_sends_nothing(emulator_thread: EmulatorThread) -> None:
     """A name with a space exits 2 with one ValidationError line; nothing is sent."""
-    before = len(emu.emu.journal)
-    result = invoke(emu, "templates", "create", "my template", "--product", "sku-small")
+    before = len(emulator_thread.emu.journal)
+    result = invoke(emulator_thread, "templates", "create", "my template", "--product", "sku-small")
     assert_one_line_error(result, 2, "ValidationError", "name=", "nothing was sent")
-    assert len(emu.emu.journal) == before
+    assert len(emulator_thread.emu.journal) == before
 
 
-def test_create_needs_resources(emu: EmulatorThread) -> None:
+def test_create_needs_resources(emulator_thread: EmulatorThread) -> None:
     """Missing resources is a one-line usage error, exit 2."""
-    result = invoke(emu, "templates", "create", "x", "--cpu", "2")
+    result = invoke(emulator_thread, "templates", "create", "x", "--cpu", "2")
     assert_one_line_error(result, 2, "--memory-mb", "--help")
 
 
-def test_service_error_names_class_status_and_request_id(emu: EmulatorThread) -> None:
+def test_service_error_names_class_status_and_request_id(emulator_thread: EmulatorThread) -> None:
     """A split flow in an IDC without it prints the 422 with its request id, exit 1."""
     result = invoke(
-        emu, "templates", "create", "nosplit", "--product", "sku-small", "--idc", "cli-nosplit",
-        "--split",
+        emulator_thread, "templates", "create", "nosplit", "--product", "sku-small", "--idc",
+        "cli-nosplit", "--split",
     )  # fmt: skip
     assert_one_line_error(result, 1, "UnprocessableEntityError", "status=422", "request_id=req-")
 
 
-def test_debug_shows_the_traceback(emu: EmulatorThread) -> None:
+def test_debug_shows_the_traceback(emulator_thread: EmulatorThread) -> None:
     """--debug adds the traceback before the one-line summary."""
-    result = invoke(emu, "--debug", "templates", "create", "bad name", "--product", "sku-small")
+    result = invoke(
+        emulator_thread, "--debug", "templates", "create", "bad name", "--product", "sku-small"
+    )
     assert result.exit_code == 2
     assert "Traceback" in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith("error: ValidationError")
 
 
-def test_missing_api_key_is_a_usage_error(emu: EmulatorThread) -> None:
+def test_missing_api_key_is_a_usage_error(emulator_thread: EmulatorThread) -> None:
     """Without an API key the command says how to give one and exits 2."""
     result = CliRunner().invoke(
         cli, ["templates", "create", "x", "--product", "p"], env={"SANDBOXKIT_API_KEY": None}
@@ -173,15 +104,15 @@ def test_missing_api_key_is_a_usage_error(emu: EmulatorThread) -> None:
 # --- builds ------------------------------------------------------------------------------
 
 
-def test_builds_list_table_and_json(emu: EmulatorThread) -> None:
+def test_builds_list_table_and_json(emulator_thread: EmulatorThread) -> None:
     """Builds are listed over several pages as a table, and as one JSON object per line."""
-    created = create(emu, "paged")
-    emu.emu.add_builds(created["id"], 4)
-    table = invoke(emu, "builds", "list", created["id"], "--page-size", "2")
+    created = create(emulator_thread, "paged")
+    emulator_thread.emu.add_builds(created["id"], 4)
+    table = invoke(emulator_thread, "builds", "list", created["id"], "--page-size", "2")
     assert table.exit_code == 0, table.output
     assert "5 builds, 3 page(s) of up to 2" in table.stdout
     assert "rebuild" in table.stdout and "initial_build" in table.stdout
-    lines = invoke(emu, "builds", "list", created["id"], "--json", "--page-size", "2")
+    lines = invoke(emulator_thread, "builds", "list", created["id"], "--json", "--page-size", "2")
     assert lines.exit_code == 0, lines.output
     records = [json.loads(line) for line in lines.stdout.splitlines()]
     assert len(records) == 5
@@ -189,49 +120,53 @@ def test_builds_list_table_and_json(emu: EmulatorThread) -> None:
     assert {r["template_id"] for r in records} == {created["id"]}
 
 
-def test_builds_list_bad_page_size_sends_nothing(emu: EmulatorThread) -> None:
+def test_builds_list_bad_page_size_sends_nothing(emulator_thread: EmulatorThread) -> None:
     """--page-size 0 exits 2 with one line and no request."""
-    before = len(emu.emu.journal)
-    result = invoke(emu, "builds", "list", "tpl-x", "--page-size", "0")
+    before = len(emulator_thread.emu.journal)
+    result = invoke(emulator_thread, "builds", "list", "tpl-x", "--page-size", "0")
     assert_one_line_error(result, 2, "ValidationError", "page_size")
-    assert len(emu.emu.journal) == before
+    assert len(emulator_thread.emu.journal) == before
 
 
-def test_builds_list_unknown_template(emu: EmulatorThread) -> None:
+def test_builds_list_unknown_template(emulator_thread: EmulatorThread) -> None:
     """An unknown template prints NotFoundError with status 404, exit 1."""
-    result = invoke(emu, "builds", "list", "tpl-missing")
+    result = invoke(emulator_thread, "builds", "list", "tpl-missing")
     assert_one_line_error(result, 1, "NotFoundError", "status=404", "request_id=req-")
 
 
-def test_builds_logs_follow_to_the_end(emu: EmulatorThread) -> None:
+def test_builds_logs_follow_to_the_end(emulator_thread: EmulatorThread) -> None:
     """--follow prints every line until the build is finished, then exits 0."""
-    created = create(emu, "followed", "--command", "make")
-    result = invoke(emu, "builds", "logs", created["id"], created["build_id"], "--follow")
+    created = create(emulator_thread, "followed", "--command", "make")
+    result = invoke(
+        emulator_thread, "builds", "logs", created["id"], created["build_id"], "--follow"
+    )
     assert result.exit_code == 0, result.output
     assert "running step 1/1: make" in result.stdout
     assert "finished: ready" in result.stdout.splitlines()[-1]
-    errors = invoke(emu, "builds", "logs", created["id"], created["build_id"], "--level", "error")
+    errors = invoke(
+        emulator_thread, "builds", "logs", created["id"], created["build_id"], "--level", "error"
+    )
     levels = {line.split()[1] for line in errors.stdout.splitlines()}
     assert errors.exit_code == 0 and levels == {"ERROR"}
 
 
-def test_builds_start_then_follow_a_failing_build(emu: EmulatorThread) -> None:
+def test_builds_start_then_follow_a_failing_build(emulator_thread: EmulatorThread) -> None:
     """A split-flow build started by `builds start` that fails makes --follow exit 1."""
-    created = create(emu, "failing", "--split")
-    emu.emu.fail_next_build()
-    started = invoke(emu, "builds", "start", created["id"], created["build_id"])
+    created = create(emulator_thread, "failing", "--split")
+    emulator_thread.emu.fail_next_build()
+    started = invoke(emulator_thread, "builds", "start", created["id"], created["build_id"])
     assert started.exit_code == 0 and "started build" in started.stdout
-    result = invoke(emu, "builds", "logs", created["id"], created["build_id"], "-f")
+    result = invoke(emulator_thread, "builds", "logs", created["id"], created["build_id"], "-f")
     assert "build failed: TemplateBuild.OutOfMemory" in result.stdout
     assert_one_line_error(result, 1, "BuildFailedError", "TemplateBuild.OutOfMemory")
 
 
-def test_builds_logs_bad_level_sends_nothing(emu: EmulatorThread) -> None:
+def test_builds_logs_bad_level_sends_nothing(emulator_thread: EmulatorThread) -> None:
     """An unknown --level exits 2 with one line and no request."""
-    before = len(emu.emu.journal)
-    result = invoke(emu, "builds", "logs", "tpl-x", "bld-x", "--level", "loud")
+    before = len(emulator_thread.emu.journal)
+    result = invoke(emulator_thread, "builds", "logs", "tpl-x", "bld-x", "--level", "loud")
     assert_one_line_error(result, 2, "ValidationError", "level")
-    assert len(emu.emu.journal) == before
+    assert len(emulator_thread.emu.journal) == before
 
 
 # --- pure helpers ------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
@@ -23,17 +23,11 @@ from sandboxkit.cli import cli
 from sandboxkit.cli._progress import TransferBar
 from sandboxkit.emulator import Fault
 from sandboxkit.resources._download import WRITE_BATCH
+from tests.cli_support import EmulatorThread, assert_one_line_error, invoke
 from tests.test_cancel_twice import HoldingServer
-from tests.test_cli import EmulatorThread, assert_one_line_error, invoke
 
 MiB = 1 << 20
 T = TypeVar("T")
-
-
-@pytest.fixture(scope="module")
-def emu() -> Iterator[EmulatorThread]:
-    with EmulatorThread() as running:
-        yield running
 
 
 def write_pattern(path: Path, size: int) -> str:
@@ -48,16 +42,16 @@ def write_pattern(path: Path, size: int) -> str:
     return digest.hexdigest()
 
 
-def test_upload_then_download_round_trip(emu: EmulatorThread, tmp_path: Path) -> None:
+def test_upload_then_download_round_trip(emulator_thread: EmulatorThread, tmp_path: Path) -> None:
     """Upload and download print a final line with size, resumes and a matching sha256."""
-    env = emu.sandbox_env()
+    env = emulator_thread.sandbox_env()
     source = tmp_path / "in.bin"
     digest = write_pattern(source, 3 * MiB + 5)
-    up = invoke(emu, "files", "upload", str(source), "/home/user/in.bin", env=env)
+    up = invoke(emulator_thread, "files", "upload", str(source), "/home/user/in.bin", env=env)
     assert up.exit_code == 0, up.output
     assert f"sha256={digest}" in up.stdout and "uploaded 3.0 MiB" in up.stdout
-    emu.emu.faults.script("files.download", Fault.cut(after_bytes=MiB))
-    down = invoke(emu, "files", "download", "/home/user/in.bin", str(tmp_path), env=env)
+    emulator_thread.emu.faults.script("files.download", Fault.cut(after_bytes=MiB))
+    down = invoke(emulator_thread, "files", "download", "/home/user/in.bin", str(tmp_path), env=env)
     assert down.exit_code == 0, down.output
     line = down.stdout.strip()
     assert f"sha256={digest}" in line and "attempts=2 resumes=1" in line
@@ -67,42 +61,51 @@ def test_upload_then_download_round_trip(emu: EmulatorThread, tmp_path: Path) ->
 
 @pytest.mark.parametrize("command", ["download", "upload"])
 def test_relative_remote_path_sends_nothing(
-    emu: EmulatorThread, tmp_path: Path, command: str
+    emulator_thread: EmulatorThread, tmp_path: Path, command: str
 ) -> None:
     """A relative remote path exits 2 with one ValidationError line and no request."""
-    env = emu.sandbox_env()
+    env = emulator_thread.sandbox_env()
     local = tmp_path / "local.bin"
     local.write_bytes(b"x")
     args = ["home/user/x", str(local)] if command == "download" else [str(local), "home/user/x"]
-    before = len(emu.emu.journal)
-    result = invoke(emu, "files", command, *args, env=env)
+    before = len(emulator_thread.emu.journal)
+    result = invoke(emulator_thread, "files", command, *args, env=env)
     assert_one_line_error(result, 2, "ValidationError", "must be absolute")
-    assert len(emu.emu.journal) == before
+    assert len(emulator_thread.emu.journal) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["local.bin"]
 
 
-def test_sandbox_options_are_required(emu: EmulatorThread, tmp_path: Path) -> None:
+def test_sandbox_options_are_required(emulator_thread: EmulatorThread, tmp_path: Path) -> None:
     """Without --sandbox-key (or its env var) the usage error is one line, exit 2."""
-    result = invoke(emu, "files", "download", "/home/user/x", str(tmp_path))
+    result = invoke(emulator_thread, "files", "download", "/home/user/x", str(tmp_path))
     assert_one_line_error(result, 2, "--sandbox-key")
 
 
-def test_missing_remote_file_is_a_not_found_line(emu: EmulatorThread, tmp_path: Path) -> None:
+def test_missing_remote_file_is_a_not_found_line(
+    emulator_thread: EmulatorThread, tmp_path: Path
+) -> None:
     """A 404 from the data plane is one NotFoundError line; no partial file is left."""
     result = invoke(
-        emu, "files", "download", "/home/user/none.bin", str(tmp_path), env=emu.sandbox_env()
+        emulator_thread,
+        "files",
+        "download",
+        "/home/user/none.bin",
+        str(tmp_path),
+        env=emulator_thread.sandbox_env(),
     )
     assert_one_line_error(result, 1, "NotFoundError", "status=404")
     assert list(tmp_path.iterdir()) == []
 
 
 def test_download_256_mib_progress_advances_to_the_total(
-    emu: EmulatorThread, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    emulator_thread: EmulatorThread, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The bar's callback sees byte counts that only grow and end at the 256 MiB total."""
-    env = emu.sandbox_env()
+    env = emulator_thread.sandbox_env()
     size = 256 * MiB
-    remote_file = emu.emu.sandbox_root(env["SANDBOXKIT_SANDBOX_KEY"]) / "home/user/big.bin"
+    remote_file = (
+        emulator_thread.emu.sandbox_root(env["SANDBOXKIT_SANDBOX_KEY"]) / "home/user/big.bin"
+    )
     digest = write_pattern(remote_file, size)
     seen: list[tuple[int, int | None]] = []
     original = TransferBar.__call__
@@ -114,7 +117,9 @@ def test_download_256_mib_progress_advances_to_the_total(
     monkeypatch.setattr(TransferBar, "__call__", recording)
     dest = tmp_path / "big.bin"
     try:
-        result = invoke(emu, "files", "download", "/home/user/big.bin", str(dest), env=env)
+        result = invoke(
+            emulator_thread, "files", "download", "/home/user/big.bin", str(dest), env=env
+        )
         assert result.exit_code == 0, result.output
         assert f"downloaded 256.0 MiB to {dest}" in result.stdout
         assert f"sha256={digest}" in result.stdout
@@ -151,26 +156,28 @@ def _wait_for(condition: Callable[[], bool], what: str, timeout: float = 20.0) -
     [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")],
 )
 def test_signal_during_download_exits_cleanly_and_leaves_nothing(
-    emu: EmulatorThread, tmp_path: Path, signum: signal.Signals, code: int, line: str
+    emulator_thread: EmulatorThread, tmp_path: Path, signum: signal.Signals, code: int, line: str
 ) -> None:
     """Ctrl-C (130) or SIGTERM (143) mid-download: one line, no temporary file beside DEST."""
-    env = {**emu.env(), **emu.sandbox_env()}
-    remote = emu.emu.sandbox_root(env["SANDBOXKIT_SANDBOX_KEY"]) / "home/user/slow.bin"
+    env = {**emulator_thread.env(), **emulator_thread.sandbox_env()}
+    remote = emulator_thread.emu.sandbox_root(env["SANDBOXKIT_SANDBOX_KEY"]) / "home/user/slow.bin"
     write_pattern(remote, 4 * MiB)
     # The first answer is cut after 1 MiB (now on disk in the temporary file); the resume
     # then hangs, and the signal arrives while it waits.
-    emu.emu.faults.script("files.download", Fault.cut(after_bytes=MiB), Fault.delay(30))
-    before = len(emu.emu.journal_for("files.download"))
+    emulator_thread.emu.faults.script("files.download", Fault.cut(after_bytes=MiB), Fault.delay(30))
+    before = len(emulator_thread.emu.journal_for("files.download"))
     process = _cli_process("files", "download", "/home/user/slow.bin", str(tmp_path), env=env)
     try:
-        _wait_for(lambda: len(emu.emu.journal_for("files.download")) >= before + 2, "a resume")
+        _wait_for(
+            lambda: len(emulator_thread.emu.journal_for("files.download")) >= before + 2, "a resume"
+        )
         assert [p.suffix for p in tmp_path.iterdir()] == [".part"]  # partly written
         process.send_signal(signum)
         _, stderr = process.communicate(timeout=20)
     finally:
         process.kill()
         process.wait()
-        emu.emu.faults.clear()
+        emulator_thread.emu.faults.clear()
     assert process.returncode == code, stderr
     assert stderr.strip().splitlines() == [line]
     assert list(tmp_path.iterdir()) == []

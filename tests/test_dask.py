@@ -34,8 +34,8 @@ def dask_client() -> Iterator[object]:
 
 
 @pytest.fixture
-def emulator() -> Iterator[tuple[Emulator, anyio.from_thread.BlockingPortal]]:
-    # Served from a loop thread of this process; worker processes reach it over loopback.
+def dask_emulator() -> Iterator[tuple[Emulator, anyio.from_thread.BlockingPortal]]:
+    """An emulator on a loop thread of this process, which worker processes reach over loopback."""
     with (
         anyio.from_thread.start_blocking_portal() as portal,
         portal.wrap_async_context_manager(Emulator()) as emu,
@@ -57,11 +57,11 @@ def config_for(emu: Emulator) -> sandboxkit.ClientConfig:
 
 def test_downloads_on_two_worker_processes_match_sha256(
     dask_client: object,
-    emulator: tuple[Emulator, anyio.from_thread.BlockingPortal],
+    dask_emulator: tuple[Emulator, anyio.from_thread.BlockingPortal],
     tmp_path: Path,
 ) -> None:
     """Shards run on Dask worker processes and every file comes back with its sha256, in order."""
-    emu, portal = emulator
+    emu, portal = dask_emulator
     rng = random.Random(11)
     jobs, digests = [], []
     for s in range(8):
@@ -103,11 +103,11 @@ def test_downloads_on_two_worker_processes_match_sha256(
 
 def test_missing_sandbox_fails_only_its_jobs_across_processes(
     dask_client: object,
-    emulator: tuple[Emulator, anyio.from_thread.BlockingPortal],
+    dask_emulator: tuple[Emulator, anyio.from_thread.BlockingPortal],
     tmp_path: Path,
 ) -> None:
     """A NotFoundError raised in a worker process comes back as that job's outcome."""
-    emu, portal = emulator
+    emu, portal = dask_emulator
     data = portal.call(emu.create_sandbox)["data"]
     ref = batch.SandboxRef(data["sandbox_key"], data["domain"], data["sandbox_access_token"])
     (emu.sandbox_root(ref.sandbox_key) / "home" / "user" / "a").write_bytes(b"a")

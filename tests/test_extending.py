@@ -41,6 +41,7 @@ def test_the_whole_operation_is_under_sixty_lines() -> None:
 
 @pytest.fixture
 async def stat_emulator() -> AsyncIterator[StatEmulator]:
+    """An emulator that also serves the made-up GET /files/stat."""
     async with StatEmulator() as running:
         yield running
 

@@ -176,7 +176,7 @@ def outcome(op: Op, case: Case, name: str) -> type[Exception] | str:
 
 
 @pytest.fixture
-async def world(tmp_path: Path) -> AsyncIterator[World]:
+async def matrix_world(tmp_path: Path) -> AsyncIterator[World]:
     """A fresh emulator with a template, five builds with logs, a file and a client."""
     clock = ManualClock()
     async with Emulator(clock=clock) as emu:
@@ -235,36 +235,36 @@ def _rewire(w: World, port: int, timeout: sandboxkit.Timeout | None) -> list[int
 
 @pytest.mark.parametrize("fault", list(FAULTS))
 @pytest.mark.parametrize("op_name", list(OPS))
-async def test_fault_matrix(world: World, op_name: str, fault: str) -> None:
+async def test_fault_matrix(matrix_world: World, op_name: str, fault: str) -> None:
     """The operation meets the fault and ends as DESIGN 5/7 say, leaving nothing behind."""
     op, case = OPS[op_name], FAULTS[fault]
     expected = outcome(op, case, fault)
     ports = _rewire(
-        world,
+        matrix_world,
         refused_port() if fault == "refused" else 0,
         READ_TIMEOUT if fault == "read-timeout" else None,
     )
-    world.emu.faults.script(op.route, *case.faults)
+    matrix_world.emu.faults.script(op.route, *case.faults)
     with anyio.fail_after(20):
         if isinstance(expected, str):
-            value = await op.run(world)
+            value = await op.run(matrix_world)
             if expected == "verbatim":
                 assert value == case.body
             else:
-                op.check(world, value)
-                assert world.emu.faults.pending(op.route) == 0
-                answered = [r for r in world.emu.journal_for(op.route) if r.fault is None]
+                op.check(matrix_world, value)
+                assert matrix_world.emu.faults.pending(op.route) == 0
+                answered = [r for r in matrix_world.emu.journal_for(op.route) if r.fault is None]
                 assert answered and answered[-1].status is not None
         else:
             with pytest.raises(expected) as caught:
-                await op.run(world)
+                await op.run(matrix_world)
             assert type(caught.value).__module__ == "sandboxkit.errors"
-            hits = world.emu.journal_for(op.route)
+            hits = matrix_world.emu.journal_for(op.route)
             if not op.idempotent or not case.retried:
                 assert len(hits) == (0 if fault == "refused" else 1), "must not be retried"
-    assert part_files(world.tmp) == []
-    assert sorted(p.name for p in world.tmp.iterdir()) in ([], ["out.bin"])
-    await close_and_check(world.client, ports)
+    assert part_files(matrix_world.tmp) == []
+    assert sorted(p.name for p in matrix_world.tmp.iterdir()) in ([], ["out.bin"])
+    await close_and_check(matrix_world.client, ports)
 
 
 def test_the_matrix_covers_every_operation_and_fault() -> None:

@@ -10,21 +10,7 @@ import pytest
 import sandboxkit
 from sandboxkit.emulator import Emulator, Fault
 
-from .test_files_support import (
-    CHUNKED,
-    NO_RESUME,
-    RESUME,
-    Box,
-    box,
-    client,
-    dir_listing,
-    emu,
-    new_box,
-    payload,
-    sha,
-)
-
-__all__ = ["box", "client", "emu"]  # fixtures, re-exported for pytest
+from .files_support import CHUNKED, NO_RESUME, RESUME, Box, dir_listing, new_box, payload, sha
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -33,11 +19,13 @@ SIZES = [0, 1, 64 * KiB - 1, 64 * KiB + 1, 10 * MiB]
 
 @pytest.mark.parametrize("idc", [RESUME, NO_RESUME, CHUNKED])
 async def test_sha256_matches_through_random_faults(
-    emu: Emulator, client: sandboxkit.Client, tmp_path: Path, idc: str
+    emulator: Emulator, emulator_client: sandboxkit.Client, tmp_path: Path, idc: str
 ) -> None:
     """Every size lands byte-exact while seeded-random cuts, 429s and 502s hit the GETs."""
-    sbx = await new_box(emu, client, idc)
-    emu.faults.random(seed=7, rates={"429": 0.1, "502": 0.1, "cut": 0.2}, routes=["files.download"])
+    sbx = await new_box(emulator, emulator_client, idc)
+    emulator.faults.random(
+        seed=7, rates={"429": 0.1, "502": 0.1, "cut": 0.2}, routes=["files.download"]
+    )
     retry = sandboxkit.RetryPolicy.no_delay(max_attempts=8)
     for size in SIZES:
         data = payload(size, seed=size)
@@ -47,8 +35,8 @@ async def test_sha256_matches_through_random_faults(
         assert (result.size, result.sha256) == (size, sha(data))
         assert sha(dest.read_bytes()) == sha(data)
         assert result.attempts >= 1
-    assert emu.faults.injected["cut"] > 0 and emu.faults.injected["429"] > 0
-    ranges = [r.headers.get("Range") for r in emu.journal_for("files.download")]
+    assert emulator.faults.injected["cut"] > 0 and emulator.faults.injected["429"] > 0
+    ranges = [r.headers.get("Range") for r in emulator.journal_for("files.download")]
     if idc == NO_RESUME:
         assert ranges == [None] * len(ranges)  # whole-file GETs only
     else:
@@ -57,12 +45,12 @@ async def test_sha256_matches_through_random_faults(
 
 
 async def test_resume_asks_for_the_bytes_already_written(
-    emu: Emulator, box: Box, tmp_path: Path
+    emulator: Emulator, box: Box, tmp_path: Path
 ) -> None:
     """Each retry on a resume IDC carries `Range: bytes=<bytes written>-`."""
     data = payload(1 * MiB)
     box.put("/home/user/big.bin", data)
-    emu.faults.script(
+    emulator.faults.script(
         "files.download",
         Fault.cut(after_bytes=100_000),
         Fault.cut(after_bytes=50_000),
@@ -70,7 +58,7 @@ async def test_resume_asks_for_the_bytes_already_written(
         Fault.status(502),
     )
     result = await box.files.download("/home/user/big.bin", tmp_path / "big.bin")
-    journal = emu.journal_for("files.download")
+    journal = emulator.journal_for("files.download")
     assert [r.headers.get("Range") for r in journal] == [
         None,
         "bytes=100000-",
@@ -82,98 +70,100 @@ async def test_resume_asks_for_the_bytes_already_written(
     assert (result.attempts, result.resumes, result.sha256) == (5, 4, sha(data))
 
 
-async def test_connection_closed_before_headers_is_retried(emu: Emulator, box: Box) -> None:
+async def test_connection_closed_before_headers_is_retried(emulator: Emulator, box: Box) -> None:
     """A connection closed before any answer is retried until the file arrives."""
     box.put("/home/user/c.bin", b"content")
-    emu.faults.script("files.download", *[Fault.cut_before_headers()] * 3)
+    emulator.faults.script("files.download", *[Fault.cut_before_headers()] * 3)
     assert await box.files.read_bytes("/home/user/c.bin") == b"content"
-    assert [r.status for r in emu.journal_for("files.download")][-1] == 200
+    assert [r.status for r in emulator.journal_for("files.download")][-1] == 200
 
 
 async def test_no_resume_idc_refetches_whole_file(
-    emu: Emulator, client: sandboxkit.Client, tmp_path: Path
+    emulator: Emulator, emulator_client: sandboxkit.Client, tmp_path: Path
 ) -> None:
     """Without `Accept-Ranges: bytes` a retry is a whole-file GET and the file starts over."""
-    sbx = await new_box(emu, client, NO_RESUME)
+    sbx = await new_box(emulator, emulator_client, NO_RESUME)
     data = payload(300 * KiB)
     sbx.put("/home/user/a.bin", data)
-    emu.faults.script("files.download", Fault.cut(after_bytes=200_000))
+    emulator.faults.script("files.download", Fault.cut(after_bytes=200_000))
     result = await sbx.files.download("/home/user/a.bin", tmp_path / "a.bin")
-    journal = emu.journal_for("files.download")
+    journal = emulator.journal_for("files.download")
     assert [(r.headers.get("Range"), r.status) for r in journal] == [(None, 200), (None, 200)]
     assert (result.attempts, result.resumes, result.size) == (2, 0, len(data))
     assert (tmp_path / "a.bin").read_bytes() == data
 
 
 async def test_chunked_download_resumes_with_range(
-    emu: Emulator, client: sandboxkit.Client, tmp_path: Path
+    emulator: Emulator, emulator_client: sandboxkit.Client, tmp_path: Path
 ) -> None:
     """A chunked body (no Content-Length) cut midway resumes with a Range and completes."""
-    sbx = await new_box(emu, client, CHUNKED)
+    sbx = await new_box(emulator, emulator_client, CHUNKED)
     data = payload(700 * KiB)
     sbx.put("/home/user/c.bin", data)
-    emu.faults.script("files.download", Fault.cut(after_bytes=300_000))
+    emulator.faults.script("files.download", Fault.cut(after_bytes=300_000))
     result = await sbx.files.download("/home/user/c.bin", tmp_path / "c.bin")
-    journal = emu.journal_for("files.download")
+    journal = emulator.journal_for("files.download")
     assert journal[0].status == 200 and journal[1].status == 206
     assert journal[1].headers["Range"].startswith("bytes=")
     assert int(journal[1].headers["Range"][6:-1]) > 0
     assert (result.size, result.sha256) == (len(data), sha(data))
 
 
-async def test_chunked_download_without_faults(emu: Emulator, client: sandboxkit.Client) -> None:
+async def test_chunked_download_without_faults(
+    emulator: Emulator, emulator_client: sandboxkit.Client
+) -> None:
     """A clean chunked body of unknown size is complete when it ends."""
-    sbx = await new_box(emu, client, CHUNKED)
+    sbx = await new_box(emulator, emulator_client, CHUNKED)
     data = payload(200 * KiB)
     sbx.put("/home/user/c.bin", data)
     assert await sbx.files.read_bytes("/home/user/c.bin") == data
 
 
 async def test_iter_bytes_skips_what_it_yielded_after_a_restart(
-    emu: Emulator, client: sandboxkit.Client
+    emulator: Emulator, emulator_client: sandboxkit.Client
 ) -> None:
     """After a 200 restart the stream skips the bytes already yielded: none is seen twice."""
-    sbx = await new_box(emu, client, NO_RESUME)
+    sbx = await new_box(emulator, emulator_client, NO_RESUME)
     data = payload(600 * KiB)
     sbx.put("/home/user/s.bin", data)
-    emu.faults.script("files.download", Fault.cut(after_bytes=250_000), Fault.status(502))
+    emulator.faults.script("files.download", Fault.cut(after_bytes=250_000), Fault.status(502))
     chunks = []
     async with sbx.files.iter_bytes("/home/user/s.bin", chunk_size=32 * KiB) as stream:
         async for chunk in stream:
             chunks.append(chunk)
     assert b"".join(chunks) == data
-    assert [r.status for r in emu.journal_for("files.download")] == [200, 502, 200]
+    assert [r.status for r in emulator.journal_for("files.download")] == [200, 502, 200]
 
 
-async def test_iter_bytes_resumes_with_range(emu: Emulator, box: Box) -> None:
+async def test_iter_bytes_resumes_with_range(emulator: Emulator, box: Box) -> None:
     """On a resume IDC the stream continues with a ranged GET after a cut."""
     data = payload(400 * KiB)
     box.put("/home/user/s.bin", data)
-    emu.faults.script("files.download", Fault.cut(after_bytes=123_457))
+    emulator.faults.script("files.download", Fault.cut(after_bytes=123_457))
     got = b"".join([c async for c in box.files.iter_bytes("/home/user/s.bin")])
     assert got == data
-    assert emu.journal_for("files.download")[1].headers["Range"] == "bytes=123457-"
+    assert emulator.journal_for("files.download")[1].headers["Range"] == "bytes=123457-"
 
 
 async def test_iter_bytes_closed_early_releases_its_connection(
-    client: sandboxkit.Client, box: Box
+    emulator_client: sandboxkit.Client, box: Box
 ) -> None:
     """Leaving `async with` after one chunk frees the host slot and leaves nothing running."""
     box.put("/home/user/s.bin", payload(2 * MiB))
     async with box.files.iter_bytes("/home/user/s.bin", chunk_size=16 * KiB) as stream:
         first = await stream.__anext__()
-        pool = client._transport.hosts.get(box.handle._host)
+        pool = emulator_client._transport.hosts.get(box.handle._host)
         assert pool is not None and pool.in_flight == 1
     assert len(first) <= 16 * KiB
     assert pool.in_flight == 0 and pool.limiter.borrowed_tokens == 0
 
 
-async def test_iter_bytes_raises_the_final_error(emu: Emulator, box: Box) -> None:
+async def test_iter_bytes_raises_the_final_error(emulator: Emulator, box: Box) -> None:
     """A stream whose file is missing raises NotFoundError to its consumer."""
     with pytest.raises(sandboxkit.NotFoundError):
         async for _ in box.files.iter_bytes("/home/user/missing.bin"):
             pass
-    assert len(emu.journal_for("files.download")) == 1
+    assert len(emulator.journal_for("files.download")) == 1
 
 
 async def test_read_bytes_and_progress(box: Box, tmp_path: Path) -> None:
@@ -200,22 +190,24 @@ async def test_checksum_off_and_local_name_from_dest(box: Box, tmp_path: Path) -
 
 
 async def test_failed_download_leaves_dest_untouched(
-    emu: Emulator, box: Box, tmp_path: Path
+    emulator: Emulator, box: Box, tmp_path: Path
 ) -> None:
     """A download that fails after writing bytes keeps the old dest and leaves no temp file."""
     box.put("/home/user/x.bin", payload(500 * KiB))
     dest = tmp_path / "x.bin"
     dest.write_bytes(b"precious")
-    emu.faults.script("files.download", Fault.cut(after_bytes=200_000), *[Fault.status(502)] * 5)
+    emulator.faults.script(
+        "files.download", Fault.cut(after_bytes=200_000), *[Fault.status(502)] * 5
+    )
     with pytest.raises(sandboxkit.BadGatewayError):
         await box.files.download("/home/user/x.bin", dest)
     assert dest.read_bytes() == b"precious"
     assert dir_listing(tmp_path) == ["x.bin"]
-    assert len(emu.journal_for("files.download")) == 6  # the cut try made progress: free
+    assert len(emulator.journal_for("files.download")) == 6  # the cut try made progress: free
 
 
 async def test_cancelled_download_leaves_dest_untouched(
-    client: sandboxkit.Client, box: Box, tmp_path: Path
+    emulator_client: sandboxkit.Client, box: Box, tmp_path: Path
 ) -> None:
     """Cancelling mid-body keeps the old dest, deletes the temp file, frees the connection."""
     box.put("/home/user/x.bin", payload(8 * MiB))
@@ -235,7 +227,7 @@ async def test_cancelled_download_leaves_dest_untouched(
     assert scope.cancelled_caught and 0 < calls[-1] < 8 * MiB
     assert dest.read_bytes() == b"precious"
     assert dir_listing(tmp_path) == ["x.bin"]
-    pool = client._transport.hosts.get(box.handle._host)
+    pool = emulator_client._transport.hosts.get(box.handle._host)
     assert pool is not None and pool.in_flight == 0
 
 
@@ -251,15 +243,15 @@ async def test_cancelled_download_leaves_dest_untouched(
     ],
 )
 async def test_client_errors_are_not_retried(
-    emu: Emulator, box: Box, status: int, error: type[sandboxkit.APIError]
+    emulator: Emulator, box: Box, status: int, error: type[sandboxkit.APIError]
 ) -> None:
     """401/403/404/413/415/416 raise their class after exactly one request."""
     box.put("/home/user/e.bin", b"x")
-    emu.faults.script("files.download", Fault.status(status))
+    emulator.faults.script("files.download", Fault.status(status))
     with pytest.raises(error) as caught:
         await box.files.read_bytes("/home/user/e.bin")
     assert (caught.value.status, caught.value.surface) == (status, "data")
-    assert len(emu.journal_for("files.download")) == 1
+    assert len(emulator.journal_for("files.download")) == 1
 
 
 @pytest.mark.parametrize(
@@ -272,18 +264,18 @@ async def test_client_errors_are_not_retried(
     ],
 )
 async def test_server_errors_are_retried(
-    emu: Emulator, box: Box, status: int, error: type[sandboxkit.APIError]
+    emulator: Emulator, box: Box, status: int, error: type[sandboxkit.APIError]
 ) -> None:
     """429/502/503/504 are retried: one then success; max_attempts of them raise the class."""
     box.put("/home/user/e.bin", b"xyz")
-    emu.faults.script("files.download", Fault.status(status))
+    emulator.faults.script("files.download", Fault.status(status))
     assert await box.files.read_bytes("/home/user/e.bin") == b"xyz"
-    emu.faults.script("files.download", *[Fault.status(status)] * 3)
+    emulator.faults.script("files.download", *[Fault.status(status)] * 3)
     with pytest.raises(error):
         await box.files.read_bytes(
             "/home/user/e.bin", retry=sandboxkit.RetryPolicy.no_delay(max_attempts=3)
         )
-    assert len(emu.journal_for("files.download")) == 2 + 3
+    assert len(emulator.journal_for("files.download")) == 2 + 3
 
 
 async def test_missing_remote_file(box: Box, tmp_path: Path) -> None:

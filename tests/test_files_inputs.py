@@ -3,26 +3,22 @@
 from __future__ import annotations
 
 import io
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import trustme
 
 import sandboxkit
 from sandboxkit.emulator import Emulator, Fault
 
-from .test_files_support import Box, box, client, dir_listing, emu, idcs, new_box, payload, sha
-
-__all__ = ["box", "client", "emu"]  # fixtures, re-exported for pytest
+from .files_support import Box, dir_listing, new_box, payload, sha
 
 BAD_REMOTE = ["", "home/user/x", "/home/./x", "/home/../etc/passwd", "/a/b/..", "/x\x00y", None, 7]
 
 
 @pytest.mark.parametrize("remote", BAD_REMOTE)
 async def test_bad_remote_paths_send_nothing(
-    emu: Emulator, box: Box, tmp_path: Path, remote: Any
+    emulator: Emulator, box: Box, tmp_path: Path, remote: Any
 ) -> None:
     """Empty, relative, `.`/`..`, NUL and non-string paths raise ValidationError, offline."""
     with pytest.raises(sandboxkit.ValidationError, match="remote path"):
@@ -33,11 +29,13 @@ async def test_bad_remote_paths_send_nothing(
         box.files.iter_bytes(remote)
     with pytest.raises(sandboxkit.ValidationError, match="remote path"):
         await box.files.upload(remote, b"x")
-    assert emu.journal == []
+    assert emulator.journal == []
     assert dir_listing(tmp_path) == []
 
 
-async def test_bad_local_arguments_send_nothing(emu: Emulator, box: Box, tmp_path: Path) -> None:
+async def test_bad_local_arguments_send_nothing(
+    emulator: Emulator, box: Box, tmp_path: Path
+) -> None:
     """A directory as dest, a missing dest directory, a missing source file and other bad
     arguments raise ValidationError before any request."""
     text_file = io.StringIO("text")
@@ -56,7 +54,7 @@ async def test_bad_local_arguments_send_nothing(emu: Emulator, box: Box, tmp_pat
     for call, message in cases:
         with pytest.raises(sandboxkit.ValidationError, match=message):
             await call
-    assert emu.journal == []
+    assert emulator.journal == []
     assert dir_listing(tmp_path) == []
 
 
@@ -72,36 +70,39 @@ async def test_bad_local_arguments_send_nothing(emu: Emulator, box: Box, tmp_pat
         "caf\u00e9-\u65e5\u672c-\U0001f600.txt",
     ],
 )
-async def test_query_reaches_the_server_exactly(emu: Emulator, box: Box, name: str) -> None:
+async def test_query_reaches_the_server_exactly(emulator: Emulator, box: Box, name: str) -> None:
     """Spaces, #, &, ?, %, +, ; and non-ASCII arrive as the exact path, both directions."""
     remote = f"/home/user/{name}"
     await box.files.upload(remote, b"payload")
     assert box.get(remote) == b"payload"
     assert await box.files.read_bytes(remote) == b"payload"
-    assert [r.query["path"] for r in emu.journal] == [remote, remote]
-    assert [r.route for r in emu.journal] == ["files.upload", "files.download"]
+    assert [r.query["path"] for r in emulator.journal] == [remote, remote]
+    assert [r.route for r in emulator.journal] == ["files.upload", "files.download"]
 
 
-async def test_username_is_passed_through(emu: Emulator, box: Box) -> None:
+async def test_username_is_passed_through(emulator: Emulator, box: Box) -> None:
     """`username` goes to the query; the emulator lets only root read /root."""
     box.put("/root/secret.txt", b"s")
     with pytest.raises(sandboxkit.PermissionDeniedError):
         await box.files.read_bytes("/root/secret.txt")
     assert await box.files.read_bytes("/root/secret.txt", username="root") == b"s"
     await box.files.upload("/root/up.txt", b"u", username="root")
-    assert [r.query.get("username") for r in emu.journal] == [None, "root", "root"]
+    assert [r.query.get("username") for r in emulator.journal] == [None, "root", "root"]
 
 
 async def test_token_stays_on_its_host_and_out_of_reprs(
-    emu: Emulator, client: sandboxkit.Client
+    emulator: Emulator, emulator_client: sandboxkit.Client
 ) -> None:
     """Each sandbox's requests carry its own token only; reprs never show a token."""
-    first, second = await new_box(emu, client), await new_box(emu, client)
+    first, second = (
+        await new_box(emulator, emulator_client),
+        await new_box(emulator, emulator_client),
+    )
     first.put("/home/user/a", b"1")
     second.put("/home/user/a", b"2")
     assert await first.files.read_bytes("/home/user/a") == b"1"
     assert await second.files.read_bytes("/home/user/a") == b"2"
-    for record, sbx in zip(emu.journal, (first, second), strict=True):
+    for record, sbx in zip(emulator.journal, (first, second), strict=True):
         assert record.sandbox_key == sbx.key
         assert record.headers["X-Access-Token"] == sbx.handle._host.token
         assert "Authorization" not in record.headers
@@ -109,24 +110,17 @@ async def test_token_stays_on_its_host_and_out_of_reprs(
         assert first.handle._host.token not in shown
 
 
-@pytest.fixture
-async def tls_emu() -> AsyncIterator[Emulator]:
-    """The emulator speaking TLS with a trustme CA."""
-    async with Emulator(idcs=idcs(), ca=trustme.CA()) as running:
-        yield running
-
-
-async def test_transfers_over_tls(tls_emu: Emulator, tmp_path: Path) -> None:
+async def test_transfers_over_tls(tls_emulator: Emulator, tmp_path: Path) -> None:
     """Download with a resume and upload both work over TLS; an untrusting client refuses."""
-    async with tls_emu.client(retry=sandboxkit.RetryPolicy.no_delay()) as tls_client:
-        sbx = await new_box(tls_emu, tls_client)
+    async with tls_emulator.client(retry=sandboxkit.RetryPolicy.no_delay()) as tls_client:
+        sbx = await new_box(tls_emulator, tls_client)
         data = payload(512 * 1024)
         await sbx.files.upload("/home/user/t.bin", data)
-        tls_emu.faults.script("files.download", Fault.cut(after_bytes=100_000))
+        tls_emulator.faults.script("files.download", Fault.cut(after_bytes=100_000))
         result = await sbx.files.download("/home/user/t.bin", tmp_path / "t.bin")
         assert (result.sha256, result.resumes) == (sha(data), 1)
-        assert tls_emu.data_plane_scheme == "https"
-    async with tls_emu.client(ssl=True, retry=sandboxkit.RetryPolicy.none()) as untrusting:
-        body = await tls_emu.create_sandbox()
+        assert tls_emulator.data_plane_scheme == "https"
+    async with tls_emulator.client(ssl=True, retry=sandboxkit.RetryPolicy.none()) as untrusting:
+        body = await tls_emulator.create_sandbox()
         with pytest.raises(sandboxkit.APIConnectionError, match="certificate"):
             await untrusting.sandbox_from_response(body).files.read_bytes("/home/user/t.bin")

@@ -13,9 +13,7 @@ import pytest
 import sandboxkit
 from sandboxkit.emulator import Emulator, Fault
 
-from .test_files_support import Box, dir_listing, emu, new_box, payload
-
-__all__ = ["emu"]  # fixture, re-exported for pytest
+from .files_support import Box, dir_listing, new_box, payload
 
 
 def client_sockets(port: int) -> int:
@@ -40,14 +38,16 @@ def client_sockets(port: int) -> int:
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/net/tcp"), reason="needs Linux /proc")
-async def test_many_sandboxes_stay_within_the_socket_bound(emu: Emulator, tmp_path: Path) -> None:
+async def test_many_sandboxes_stay_within_the_socket_bound(
+    emulator: Emulator, tmp_path: Path
+) -> None:
     """2000 concurrent downloads over 200 sandboxes with 64 host pools all succeed, client
     sockets never exceed 64 x per_host, and idle pools close."""
     limits = sandboxkit.Limits(max_sandbox_hosts=64, per_host_connections=2)
     bound = limits.max_sandbox_hosts * limits.per_host_connections
-    port = int(emu.domain.rsplit(":", 1)[1])
-    async with emu.client(limits=limits, retry=sandboxkit.RetryPolicy.no_delay()) as client:
-        boxes = [await new_box(emu, client) for _ in range(200)]
+    port = int(emulator.domain.rsplit(":", 1)[1])
+    async with emulator.client(limits=limits, retry=sandboxkit.RetryPolicy.no_delay()) as client:
+        boxes = [await new_box(emulator, client) for _ in range(200)]
         for index, sbx in enumerate(boxes):
             sbx.put("/home/user/small.bin", payload(2048, seed=index))
         hosts = client._transport.hosts
@@ -75,7 +75,7 @@ async def test_many_sandboxes_stay_within_the_socket_bound(emu: Emulator, tmp_pa
         assert max(s for s, _ in samples) <= bound
         assert max(s for s, _ in samples) > limits.per_host_connections  # really concurrent
         assert max(p for _, p in samples) <= limits.max_sandbox_hosts
-        assert len(emu.journal_for("files.download")) == 2000
+        assert len(emulator.journal_for("files.download")) == 2000
         assert 0 < len(hosts) <= limits.max_sandbox_hosts
         # Idle pools close: move the pools' clock past host_idle_seconds.
         open_pools = [hosts.get(sbx.handle._host) for sbx in boxes]
@@ -94,16 +94,16 @@ async def _open_stream(sbx: Box) -> sandboxkit.resources._common.AsyncStream[byt
     return stream
 
 
-async def test_throttled_host_slows_only_itself(emu: Emulator) -> None:
+async def test_throttled_host_slows_only_itself(emulator: Emulator) -> None:
     """429s from sandbox A shrink A's window; B keeps its full window, fills it, never waits."""
     per_host = 8
     limits = sandboxkit.Limits(per_host_connections=per_host)
-    async with emu.client(limits=limits, retry=sandboxkit.RetryPolicy.no_delay()) as client:
-        a, b = await new_box(emu, client), await new_box(emu, client)
+    async with emulator.client(limits=limits, retry=sandboxkit.RetryPolicy.no_delay()) as client:
+        a, b = await new_box(emulator, client), await new_box(emulator, client)
         for sbx in (a, b):
             sbx.put("/home/user/f.bin", payload(256 * 1024))
         assert len(await b.files.read_bytes("/home/user/f.bin")) == 256 * 1024
-        emu.faults.script("files.download", *[Fault.status(429, retry_after="0")] * 3)
+        emulator.faults.script("files.download", *[Fault.status(429, retry_after="0")] * 3)
         assert len(await a.files.read_bytes("/home/user/f.bin")) == 256 * 1024
         hosts = client._transport.hosts
         pool_a = hosts.get(a.handle._host)
@@ -112,7 +112,7 @@ async def test_throttled_host_slows_only_itself(emu: Emulator) -> None:
         # 8 -> 4 -> 2 -> 1 on three 429s, then one success: 2.
         assert (pool_a.window.allowed, pool_a.limiter.total_tokens) == (2, 2)
         assert (pool_b.window.allowed, pool_b.limiter.total_tokens) == (per_host, per_host)
-        statuses = [(r.sandbox_key, r.status) for r in emu.journal_for("files.download")]
+        statuses = [(r.sandbox_key, r.status) for r in emulator.journal_for("files.download")]
         assert [key for key, status in statuses if status == 429] == [a.key] * 3
         assert all(status == 200 for key, status in statuses if key == b.key)
 

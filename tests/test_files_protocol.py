@@ -12,7 +12,7 @@ import sandboxkit
 from sandboxkit.emulator import EmulatorResolver
 
 from .conftest import ScriptServer
-from .test_files_support import dir_listing, payload, sha
+from .files_support import dir_listing, payload, sha
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 DATA = payload(100_000, seed=3)
@@ -60,12 +60,12 @@ def part(claimed: str, data: bytes) -> Handler:
 
 
 @pytest.fixture
-async def sbx(server: ScriptServer) -> AsyncIterator[sandboxkit.Sandbox]:
+async def sbx(script_server: ScriptServer) -> AsyncIterator[sandboxkit.Sandbox]:
     """A sandbox handle whose host is the scripted server."""
-    port = server.url.rsplit(":", 1)[1]
+    port = script_server.url.rsplit(":", 1)[1]
     async with sandboxkit.Client(
         api_key="control-key",
-        base_url=server.url,
+        base_url=script_server.url,
         data_plane_scheme="http",
         resolver=EmulatorResolver(),
         retry=sandboxkit.RetryPolicy.no_delay(),
@@ -79,7 +79,7 @@ def ranges(server: ScriptServer) -> list[str | None]:
 
 
 async def test_416_at_the_end_of_a_chunked_body_is_done(
-    sbx: sandboxkit.Sandbox, server: ScriptServer, tmp_path: Path
+    sbx: sandboxkit.Sandbox, script_server: ScriptServer, tmp_path: Path
 ) -> None:
     """All bytes of a chunked body arrive but its end is cut: the Range GET's 416 means done."""
     unsatisfiable = web.Response(
@@ -89,17 +89,17 @@ async def test_416_at_the_end_of_a_chunked_body_is_done(
     async def answer_416(_: web.Request) -> web.StreamResponse:
         return unsatisfiable
 
-    server.on("GET", "/files", whole(chunked=True, cut=True), answer_416)
+    script_server.on("GET", "/files", whole(chunked=True, cut=True), answer_416)
     result = await sbx.files.download("/f.bin", tmp_path / "f.bin")
-    assert ranges(server) == [None, f"bytes={len(DATA)}-"]
+    assert ranges(script_server) == [None, f"bytes={len(DATA)}-"]
     assert (result.sha256, result.attempts, result.resumes) == (sha(DATA), 2, 1)
 
 
 async def test_content_range_at_the_wrong_offset_starts_over(
-    sbx: sandboxkit.Sandbox, server: ScriptServer, tmp_path: Path
+    sbx: sandboxkit.Sandbox, script_server: ScriptServer, tmp_path: Path
 ) -> None:
     """A 206 that does not start at the bytes held is distrusted: a whole GET starts over."""
-    server.on(
+    script_server.on(
         "GET",
         "/files",
         whole(send=40_000),
@@ -107,28 +107,28 @@ async def test_content_range_at_the_wrong_offset_starts_over(
         whole(),
     )
     result = await sbx.files.download("/f.bin", tmp_path / "f.bin")
-    assert ranges(server) == [None, "bytes=40000-", None]
+    assert ranges(script_server) == [None, "bytes=40000-", None]
     assert (tmp_path / "f.bin").read_bytes() == DATA
     assert result.attempts == 3
 
 
 async def test_a_200_to_a_range_request_truncates_and_restarts(
-    sbx: sandboxkit.Sandbox, server: ScriptServer, tmp_path: Path
+    sbx: sandboxkit.Sandbox, script_server: ScriptServer, tmp_path: Path
 ) -> None:
     """A server that ignores Range (200) has its whole answer written from byte zero."""
-    server.on("GET", "/files", whole(send=40_000), whole())
+    script_server.on("GET", "/files", whole(send=40_000), whole())
     result = await sbx.files.download("/f.bin", tmp_path / "f.bin")
-    assert ranges(server) == [None, "bytes=40000-"]
+    assert ranges(script_server) == [None, "bytes=40000-"]
     assert (tmp_path / "f.bin").read_bytes() == DATA
     assert result.size == len(DATA)
 
 
 async def test_stream_fails_when_the_file_changes_size(
-    sbx: sandboxkit.Sandbox, server: ScriptServer
+    sbx: sandboxkit.Sandbox, script_server: ScriptServer
 ) -> None:
     """iter_bytes raises instead of splicing two versions once the size changes mid-stream."""
     grown = DATA + b"more"
-    server.on(
+    script_server.on(
         "GET",
         "/files",
         whole(send=40_000),
@@ -142,11 +142,11 @@ async def test_stream_fails_when_the_file_changes_size(
 
 
 async def test_download_restarts_when_the_file_changes_size(
-    sbx: sandboxkit.Sandbox, server: ScriptServer, tmp_path: Path
+    sbx: sandboxkit.Sandbox, script_server: ScriptServer, tmp_path: Path
 ) -> None:
     """A file sink starts over on a size change and ends with the new version only."""
     grown = DATA + b"more"
-    server.on(
+    script_server.on(
         "GET",
         "/files",
         whole(send=40_000),
@@ -155,18 +155,18 @@ async def test_download_restarts_when_the_file_changes_size(
     )
     result = await sbx.files.download("/f.bin", tmp_path / "f.bin")
     assert (tmp_path / "f.bin").read_bytes() == grown
-    assert (result.size, ranges(server)) == (len(grown), [None, "bytes=40000-", None])
+    assert (result.size, ranges(script_server)) == (len(grown), [None, "bytes=40000-", None])
 
 
 async def test_protocol_errors_that_persist_fail_cleanly(
-    sbx: sandboxkit.Sandbox, server: ScriptServer, tmp_path: Path
+    sbx: sandboxkit.Sandbox, script_server: ScriptServer, tmp_path: Path
 ) -> None:
     """A server that keeps answering a bad Content-Range exhausts the retries; nothing lands."""
     dest = tmp_path / "f.bin"
     dest.write_bytes(b"old")
     bad = part("0-10/5", DATA)  # end beyond total: unusable
-    server.on("GET", "/files", *[bad] * 5)
+    script_server.on("GET", "/files", *[bad] * 5)
     with pytest.raises(sandboxkit.APIConnectionError, match="Content-Range"):
         await sbx.files.download("/f.bin", dest)
     assert dest.read_bytes() == b"old" and dir_listing(tmp_path) == ["f.bin"]
-    assert len(server.requests("GET", "/files")) == 5
+    assert len(script_server.requests("GET", "/files")) == 5

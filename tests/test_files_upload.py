@@ -13,18 +13,7 @@ import sandboxkit
 from sandboxkit.emulator import Emulator, EmulatorResolver, Fault
 
 from .conftest import Handler, ScriptServer, json_answer
-from .test_files_support import (
-    NO_RESUME,
-    UPLOAD_LIMIT,
-    Box,
-    box,
-    client,
-    emu,
-    new_box,
-    payload,
-)
-
-__all__ = ["box", "client", "emu"]  # fixtures, re-exported for pytest
+from .files_support import NO_RESUME, UPLOAD_LIMIT, Box, new_box, payload
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -76,28 +65,28 @@ async def test_every_source_kind_round_trips(box: Box, tmp_path: Path, kind: str
     assert box.get("/home/user/dst.bin") == data
 
 
-async def test_seekable_file_sends_from_its_current_position(emu: Emulator, box: Box) -> None:
+async def test_seekable_file_sends_from_its_current_position(emulator: Emulator, box: Box) -> None:
     """A file object positioned past its start sends the rest, and again the same on replay."""
     handle = io.BytesIO(b"header:" + b"body" * 1000)
     handle.seek(7)
-    emu.faults.script("files.upload", Fault.status(502))  # the replay is part of the claim
+    emulator.faults.script("files.upload", Fault.status(502))  # the replay is part of the claim
     await box.files.upload("/home/user/rest.bin", handle)
     assert box.get("/home/user/rest.bin") == b"body" * 1000
-    assert [r.status for r in emu.journal_for("files.upload")] == [502, 200]
+    assert [r.status for r in emulator.journal_for("files.upload")] == [502, 200]
 
 
 @pytest.mark.parametrize("kind", ["bytes", "path", "bytesio"])
 async def test_replayable_sources_are_resent_in_full(
-    emu: Emulator, box: Box, tmp_path: Path, kind: str
+    emulator: Emulator, box: Box, tmp_path: Path, kind: str
 ) -> None:
     """A 502 and a 429 on upload resend the whole body of a replayable source."""
     data = payload(200 * KiB)
     local = tmp_path / "src.bin"
     local.write_bytes(data)
     source = {"bytes": data, "path": local, "bytesio": io.BytesIO(data)}[kind]
-    emu.faults.script("files.upload", Fault.status(502), Fault.status(429, retry_after="0"))
+    emulator.faults.script("files.upload", Fault.status(502), Fault.status(429, retry_after="0"))
     await box.files.upload("/home/user/r.bin", source)
-    journal = emu.journal_for("files.upload")
+    journal = emulator.journal_for("files.upload")
     assert [r.status for r in journal] == [502, 429, 200]
     assert box.get("/home/user/r.bin") == data
     assert journal[-1].body_size == int(journal[-1].headers["Content-Length"])
@@ -105,31 +94,33 @@ async def test_replayable_sources_are_resent_in_full(
 
 @pytest.mark.parametrize("kind", ["aiter", "stream"])
 async def test_one_shot_source_is_not_retried_and_says_why(
-    emu: Emulator, box: Box, kind: str
+    emulator: Emulator, box: Box, kind: str
 ) -> None:
     """A one-shot source meets a 502 once: BadGatewayError, naming why it was not retried."""
     data = payload(50 * KiB)
     source = chunks_of(data) if kind == "aiter" else Unseekable(data)
-    emu.faults.script("files.upload", Fault.status(502))
+    emulator.faults.script("files.upload", Fault.status(502))
     with pytest.raises(sandboxkit.BadGatewayError) as caught:
         await box.files.upload("/home/user/o.bin", source)
     assert "not retried" in str(caught.value)
     assert ("async iterable" if kind == "aiter" else "cannot seek") in str(caught.value)
     assert caught.value.status == 502
-    assert len(emu.journal_for("files.upload")) == 1
+    assert len(emulator.journal_for("files.upload")) == 1
 
 
-async def test_too_large_is_raised_at_once(emu: Emulator, client: sandboxkit.Client) -> None:
+async def test_too_large_is_raised_at_once(
+    emulator: Emulator, emulator_client: sandboxkit.Client
+) -> None:
     """Over the IDC's limit: PayloadTooLargeError after one request; at the limit: accepted."""
-    sbx = await new_box(emu, client, NO_RESUME)
+    sbx = await new_box(emulator, emulator_client, NO_RESUME)
     with pytest.raises(sandboxkit.PayloadTooLargeError):
         await sbx.files.upload("/home/user/big.bin", bytes(UPLOAD_LIMIT + 1))
-    assert len(emu.journal_for("files.upload")) == 1
+    assert len(emulator.journal_for("files.upload")) == 1
     await sbx.files.upload("/home/user/big.bin", bytes(UPLOAD_LIMIT))
     assert len(sbx.get("/home/user/big.bin")) == UPLOAD_LIMIT
 
 
-async def test_failing_source_raises_its_own_error(emu: Emulator, box: Box) -> None:
+async def test_failing_source_raises_its_own_error(emulator: Emulator, box: Box) -> None:
     """An async iterable that raises mid-way surfaces its exception, not a network error."""
 
     async def broken() -> AsyncIterator[bytes]:
@@ -161,30 +152,32 @@ async def test_upload_progress_counts_to_the_size(box: Box) -> None:
     assert len(seen) == 4
 
 
-async def test_upload_missing_parent_is_not_found(emu: Emulator, box: Box) -> None:
+async def test_upload_missing_parent_is_not_found(emulator: Emulator, box: Box) -> None:
     """A missing parent directory is NotFoundError after one request."""
     with pytest.raises(sandboxkit.NotFoundError):
         await box.files.upload("/home/user/no/such/dir/x.bin", b"x")
-    assert len(emu.journal_for("files.upload")) == 1
+    assert len(emulator.journal_for("files.upload")) == 1
 
 
 # --- wire details against a scripted server --------------------------------------------------
 
 
 @pytest.fixture
-async def scripted(server: ScriptServer) -> AsyncIterator[tuple[sandboxkit.Sandbox, ScriptServer]]:
+async def scripted(
+    script_server: ScriptServer,
+) -> AsyncIterator[tuple[sandboxkit.Sandbox, ScriptServer]]:
     """A sandbox handle whose host is the scripted server (any `*.sandbox.test` name)."""
-    port = server.url.rsplit(":", 1)[1]
+    port = script_server.url.rsplit(":", 1)[1]
     async with sandboxkit.Client(
         api_key="control-SECRET",
-        base_url=server.url,
+        base_url=script_server.url,
         data_plane_scheme="http",
         resolver=EmulatorResolver(),
         retry=sandboxkit.RetryPolicy.no_delay(),
     ) as c:
         yield (
             c.sandbox(sandbox_key="sbx1", domain=f"sandbox.test:{port}", access_token=TOKEN),
-            server,
+            script_server,
         )
 
 

@@ -19,9 +19,10 @@ import pytest
 from aiohttp import web
 
 import sandboxkit
-from sandboxkit.emulator import Emulator, EmulatorResolver, Fault
+from sandboxkit.emulator import Emulator, Fault
 
-from .conftest import FakeSleep, ScriptServer, json_answer, raw
+from .conftest import FakeSleep, ScriptServer, hostile_client, json_answer, raw
+from .files_support import Box, payload
 from .reliability_support import (
     RawServer,
     close_and_check,
@@ -31,9 +32,6 @@ from .reliability_support import (
     part_files,
 )
 from .test_files_protocol import body_answer
-from .test_files_support import Box, box, client, emu, payload
-
-__all__ = ["box", "client", "emu"]  # fixtures, re-exported for pytest
 
 LIMIT = 10  # seconds any one test may take
 DATA = payload(100_000, seed=11)
@@ -66,17 +64,6 @@ SINKS: dict[str, Sinks] = {
 }
 
 
-def _client(base_url: str, **options: Any) -> sandboxkit.Client:
-    return sandboxkit.Client(
-        api_key="sk-hostile-API-KEY",
-        base_url=base_url,
-        data_plane_scheme="http",
-        resolver=EmulatorResolver(),
-        retry=options.pop("retry", sandboxkit.RetryPolicy.no_delay()),
-        **options,
-    )
-
-
 @pytest.fixture
 async def other() -> AsyncIterator[ScriptServer]:
     """A second server: where redirects point. It must never receive anything."""
@@ -84,13 +71,6 @@ async def other() -> AsyncIterator[ScriptServer]:
     await srv.start()
     yield srv
     await srv.stop()
-
-
-@pytest.fixture
-async def hostile(server: ScriptServer) -> AsyncIterator[sandboxkit.Client]:
-    """A client whose console and sandbox host are both the scripted server."""
-    async with _client(server.url) as c:
-        yield c
 
 
 def on_server(client: sandboxkit.Client, port: int | str) -> sandboxkit.Sandbox:
@@ -145,33 +125,33 @@ async def _transfer(sbx: sandboxkit.Sandbox, operation: str, remote: Any, tmp: P
 @pytest.mark.parametrize("remote", [*REFUSED_PATHS, None, 7, b"/home/user/x"])
 @pytest.mark.parametrize("operation", ["download", "read_bytes", "iter_bytes", "upload"])
 async def test_hostile_remote_paths_are_refused_before_any_request(
-    emu: Emulator, box: Box, tmp_path: Path, operation: str, remote: Any
+    emulator: Emulator, box: Box, tmp_path: Path, operation: str, remote: Any
 ) -> None:
     """A path with relative segments, NUL, a lone surrogate or the wrong type is a
     ValidationError, and nothing is sent."""
     with anyio.fail_after(LIMIT), pytest.raises(sandboxkit.ValidationError):
         await _transfer(box.handle, operation, remote, tmp_path)
-    assert emu.journal == []
+    assert emulator.journal == []
     assert files_under(tmp_path) == []
 
 
 async def test_ids_that_no_url_can_carry_are_refused(
-    emu: Emulator, client: sandboxkit.Client
+    emulator: Emulator, emulator_client: sandboxkit.Client
 ) -> None:
     """An id with a lone surrogate is a ValidationError before any request, not a
     UnicodeEncodeError from deep inside the request."""
     bad = "id-\udc80"
     calls = [
-        lambda: client.v1.containers.get(bad),
-        lambda: client.v1.containers.delete(bad),
-        lambda: client.v1.containers.shell(bad),
-        lambda: client.v1.elastic_ips.release(bad),
-        lambda: client.v1.vpcs.release(bad),
+        lambda: emulator_client.v1.containers.get(bad),
+        lambda: emulator_client.v1.containers.delete(bad),
+        lambda: emulator_client.v1.containers.shell(bad),
+        lambda: emulator_client.v1.elastic_ips.release(bad),
+        lambda: emulator_client.v1.vpcs.release(bad),
     ]
     for call in calls:
         with anyio.fail_after(LIMIT), pytest.raises(sandboxkit.ValidationError):
             await call()
-    assert emu.journal == []
+    assert emulator.journal == []
 
 
 ODD_PATHS = [
@@ -204,7 +184,9 @@ ODD_PATHS = [
 
 
 @pytest.mark.parametrize("remote", ODD_PATHS, ids=range(len(ODD_PATHS)))
-async def test_odd_but_valid_remote_paths_round_trip(emu: Emulator, box: Box, remote: str) -> None:
+async def test_odd_but_valid_remote_paths_round_trip(
+    emulator: Emulator, box: Box, remote: str
+) -> None:
     """A path the interface allows, however odd, is uploaded and read back at exactly that
     path, and nowhere else."""
     data = payload(3000, seed=len(remote))
@@ -253,34 +235,35 @@ BAD_RANGES = {
 @pytest.mark.parametrize("sink", list(SINKS))
 @pytest.mark.parametrize("variant", list(BAD_RANGES))
 async def test_a_wrong_content_range_is_distrusted(
-    server: ScriptServer, hostile: sandboxkit.Client, tmp_path: Path, variant: str, sink: str
+    script_server: ScriptServer, hostile: sandboxkit.Client, tmp_path: Path, variant: str, sink: str
 ) -> None:
     """A 206 whose Content-Range is for other bytes, another size, or unparsable is never
     spliced in: the download starts over and ends with exactly the file, or (a stream that
     already yielded bytes of another size) raises ResponseDecodeError."""
     claimed, body = BAD_RANGES[variant]
-    server.on("GET", "/files", whole(send=1000), part(claimed, body), whole())
-    sbx = on_server(hostile, server.url.rsplit(":", 1)[1])
+    script_server.on("GET", "/files", whole(send=1000), part(claimed, body), whole())
+    sbx = on_server(hostile, script_server.url.rsplit(":", 1)[1])
     with anyio.fail_after(LIMIT):
         if variant == "other-total" and sink == "iter_bytes":
             with pytest.raises(sandboxkit.ResponseDecodeError, match="changed"):
                 await SINKS[sink](sbx, tmp_path)
             return
         assert await SINKS[sink](sbx, tmp_path) == DATA
-    assert ranges(server) == [None, "bytes=1000-", None]
+    assert ranges(script_server) == [None, "bytes=1000-", None]
     assert part_files(tmp_path) == []
 
 
 async def test_a_content_range_of_unknown_total_is_used(
-    server: ScriptServer, hostile: sandboxkit.Client, tmp_path: Path
+    script_server: ScriptServer, hostile: sandboxkit.Client, tmp_path: Path
 ) -> None:
     """`bytes 1000-99999/*` is a valid answer: the download continues from it."""
-    server.on("GET", "/files", whole(send=1000), part(f"bytes 1000-{N - 1}/*", DATA[1000:]))
+    script_server.on("GET", "/files", whole(send=1000), part(f"bytes 1000-{N - 1}/*", DATA[1000:]))
     with anyio.fail_after(LIMIT):
         assert (
-            await _via_download(on_server(hostile, server.url.rsplit(":", 1)[1]), tmp_path) == DATA
+            await _via_download(on_server(hostile, script_server.url.rsplit(":", 1)[1]), tmp_path)
+            == DATA
         )
-    assert ranges(server) == [None, "bytes=1000-"]
+    assert ranges(script_server) == [None, "bytes=1000-"]
 
 
 # -- a 206 nobody asked for -----------------------------------------------------------------
@@ -301,15 +284,18 @@ UNASKED = {
 @pytest.mark.parametrize("sink", list(SINKS))
 @pytest.mark.parametrize("variant", list(UNASKED))
 async def test_a_206_to_a_request_without_range(
-    server: ScriptServer, hostile: sandboxkit.Client, tmp_path: Path, variant: str, sink: str
+    script_server: ScriptServer, hostile: sandboxkit.Client, tmp_path: Path, variant: str, sink: str
 ) -> None:
     """A 206 to a whole GET is taken for what its Content-Range says: the file from zero is
     used (and continued), one starting elsewhere starts over; the bytes come out exact."""
     answers, asked = UNASKED[variant]
-    server.on("GET", "/files", *answers)
+    script_server.on("GET", "/files", *answers)
     with anyio.fail_after(LIMIT):
-        assert await SINKS[sink](on_server(hostile, server.url.rsplit(":", 1)[1]), tmp_path) == DATA
-    assert ranges(server) == asked
+        assert (
+            await SINKS[sink](on_server(hostile, script_server.url.rsplit(":", 1)[1]), tmp_path)
+            == DATA
+        )
+    assert ranges(script_server) == asked
 
 
 # -- Content-Length that lies -----------------------------------------------------------------
@@ -341,7 +327,7 @@ async def test_a_content_length_that_claims_more_is_resumed(
     finishes it with exactly the bytes sent."""
     rawsrv.on(http_answer(200, DATA, {"Accept-Ranges": "bytes"}, length=N + 500))
     rawsrv.on(http_answer(416, b'{"message":"range"}', {"Content-Range": f"bytes */{N}"}))
-    async with _client(f"http://127.0.0.1:{rawsrv.port}") as c:
+    async with hostile_client(f"http://127.0.0.1:{rawsrv.port}") as c:
         with anyio.fail_after(LIMIT):
             result = await on_server(c, rawsrv.port).files.download("/f.bin", tmp_path / "f.bin")
         assert (tmp_path / "f.bin").read_bytes() == DATA and result.size == N
@@ -357,7 +343,7 @@ async def test_a_content_length_that_always_lies_fails_cleanly(
     rawsrv.always(http_answer(200, DATA, {"Accept-Ranges": "none"}, length=N + 500))
     dest = tmp_path / "f.bin"
     dest.write_bytes(b"old")
-    async with _client(f"http://127.0.0.1:{rawsrv.port}") as c:
+    async with hostile_client(f"http://127.0.0.1:{rawsrv.port}") as c:
         with anyio.fail_after(LIMIT), pytest.raises(sandboxkit.APIConnectionError):
             await on_server(c, rawsrv.port).files.download("/f.bin", dest)
         await close_and_check(c, [rawsrv.port])
@@ -374,7 +360,7 @@ async def test_a_content_length_that_claims_less_never_splices(
     retry; and the kept-alive connection they sit on is never reused."""
     rawsrv.on(http_answer(200, DATA, {"Accept-Ranges": "bytes"}, length=N - 500), close=False)
     rawsrv.always(http_answer(200, DATA, {"Accept-Ranges": "bytes"}), close=False)
-    async with _client(f"http://127.0.0.1:{rawsrv.port}") as c:
+    async with hostile_client(f"http://127.0.0.1:{rawsrv.port}") as c:
         sbx = on_server(c, rawsrv.port)
         with anyio.fail_after(LIMIT):
             assert await sbx.files.read_bytes("/f.bin") in (DATA[: N - 500], DATA)
@@ -403,32 +389,34 @@ RETRY_AFTER = {
 
 @pytest.mark.parametrize("plane", ["data", "control"])
 @pytest.mark.parametrize("variant", list(RETRY_AFTER))
-async def test_retry_after_from_a_hostile_server(emu: Emulator, plane: str, variant: str) -> None:
+async def test_retry_after_from_a_hostile_server(
+    emulator: Emulator, plane: str, variant: str
+) -> None:
     """Negative, garbage or non-finite Retry-After falls back to backoff, a usable one is
     waited for, one past the cap raises RateLimitError at once with `retry_after` set."""
     value, expected = RETRY_AFTER[variant]
     policy = sandboxkit.RetryPolicy(max_attempts=3, initial_backoff=0.01, max_backoff=0.01)
-    async with emu.client(retry=policy) as c:
+    async with emulator.client(retry=policy) as c:
         c._calls.sleep = sleeper = FakeSleep()
         # Backoff then waits exactly 0.01 s, so a waited Retry-After of 0 cannot pass as one.
         c._calls.rand = lambda: 1.0
-        body = await emu.create_sandbox()
+        body = await emulator.create_sandbox()
         key = body["data"]["sandbox_key"]
-        (emu.sandbox_root(key) / "home/user/f.bin").write_bytes(b"abc")
+        (emulator.sandbox_root(key) / "home/user/f.bin").write_bytes(b"abc")
         route = "files.download" if plane == "data" else "v1.organizations.get"
-        emu.faults.script(route, Fault.status(429, retry_after=value))
+        emulator.faults.script(route, Fault.status(429, retry_after=value))
 
         async def call() -> Any:
             if plane == "data":
                 return await c.sandbox_from_response(body).files.read_bytes("/home/user/f.bin")
-            return await c.v1.get_organization(emu.org_id)
+            return await c.v1.get_organization(emulator.org_id)
 
         with anyio.fail_after(LIMIT):
             if expected == "raise":
                 with pytest.raises(sandboxkit.RateLimitError) as caught:
                     await call()
                 assert caught.value.retry_after is not None and caught.value.retry_after > 60
-                assert sleeper.delays == [] and len(emu.journal_for(route)) == 1
+                assert sleeper.delays == [] and len(emulator.journal_for(route)) == 1
                 return
             await call()
         assert len(sleeper.delays) == 1
@@ -487,22 +475,22 @@ async def _drain(items: Any) -> list[Any]:
 @pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
 @pytest.mark.parametrize("operation", list(OPERATIONS))
 async def test_redirects_are_never_followed(
-    server: ScriptServer, other: ScriptServer, operation: str, status: int
+    script_server: ScriptServer, other: ScriptServer, operation: str, status: int
 ) -> None:
     """A 3xx to another host, scheme or path is a RedirectNotFollowedError (an APIError) with
     its status; the other host receives nothing, so no token reaches it."""
     method, path, run = OPERATIONS[operation]
-    port = server.url.rsplit(":", 1)[1]
+    port = script_server.url.rsplit(":", 1)[1]
     for location in _locations(other):
-        server.on(method, path, _redirect(status, location))
-        async with _client(server.url) as c:
+        script_server.on(method, path, _redirect(status, location))
+        async with hostile_client(script_server.url) as c:
             with anyio.fail_after(LIMIT), pytest.raises(sandboxkit.APIError) as caught:
                 await run(c, port)
             assert type(caught.value) is sandboxkit.RedirectNotFollowedError
             assert caught.value.status == status
             await close_and_check(c, [int(port)])
     assert other.seen == []
-    assert len(server.seen) == len(_locations(other))
+    assert len(script_server.seen) == len(_locations(other))
 
 
 # -- Content-Disposition ----------------------------------------------------------------------
@@ -518,15 +506,15 @@ DISPOSITIONS = [
 
 @pytest.mark.parametrize("disposition", DISPOSITIONS)
 async def test_content_disposition_never_names_the_local_file(
-    server: ScriptServer, hostile: sandboxkit.Client, tmp_path: Path, disposition: str
+    script_server: ScriptServer, hostile: sandboxkit.Client, tmp_path: Path, disposition: str
 ) -> None:
     """Whatever name Content-Disposition suggests, the bytes land in `dest` and nowhere else."""
     headers = {"Accept-Ranges": "bytes", "Content-Disposition": disposition}
-    server.on("GET", "/files", body_answer(200, DATA, headers=headers))
+    script_server.on("GET", "/files", body_answer(200, DATA, headers=headers))
     dest = tmp_path / "a" / "b" / "out.bin"
     dest.parent.mkdir(parents=True)
     with anyio.fail_after(LIMIT):
-        await on_server(hostile, server.url.rsplit(":", 1)[1]).files.download("/f.bin", dest)
+        await on_server(hostile, script_server.url.rsplit(":", 1)[1]).files.download("/f.bin", dest)
     assert files_under(tmp_path) == [dest] and dest.read_bytes() == DATA
     assert not exists(Path("/tmp/sandboxkit-abs-escape.bin"))
 
@@ -548,14 +536,14 @@ def _header_bomb(kind: str) -> Any:
 @pytest.mark.parametrize("kind", ["one-huge", "many"])
 @pytest.mark.parametrize("plane", ["data", "control"])
 async def test_gigantic_answer_headers_fail_cleanly(
-    server: ScriptServer, plane: str, kind: str, tmp_path: Path
+    script_server: ScriptServer, plane: str, kind: str, tmp_path: Path
 ) -> None:
     """An answer whose headers are past any sane size is a TransportError after the retries,
     with no temporary file and nothing left open."""
-    port = server.url.rsplit(":", 1)[1]
-    server.always("GET", "/files", _header_bomb(kind))
-    server.always("GET", "/api/v2/templates/t/builds", _header_bomb(kind))
-    async with _client(server.url) as c:
+    port = script_server.url.rsplit(":", 1)[1]
+    script_server.always("GET", "/files", _header_bomb(kind))
+    script_server.always("GET", "/api/v2/templates/t/builds", _header_bomb(kind))
+    async with hostile_client(script_server.url) as c:
         with anyio.fail_after(LIMIT), pytest.raises(sandboxkit.TransportError):
             if plane == "data":
                 await on_server(c, port).files.download("/f.bin", tmp_path / "f.bin")
@@ -592,19 +580,19 @@ class Endless:
 
 @pytest.mark.parametrize("status", [200, 503])
 async def test_an_endless_control_plane_answer_is_cut_off(
-    server: ScriptServer, status: int
+    script_server: ScriptServer, status: int
 ) -> None:
     """A control-plane answer that never ends is not buffered whole: a 2xx raises
     ResponseDecodeError, an error keeps its class, and the client stops reading near 32 MiB."""
     endless = Endless(status)
-    server.always("GET", "/api/v2/templates/t/builds", endless)
+    script_server.always("GET", "/api/v2/templates/t/builds", endless)
     expected = (
         sandboxkit.ResponseDecodeError if status == 200 else sandboxkit.ServiceUnavailableError
     )
-    async with _client(server.url, retry=sandboxkit.RetryPolicy.no_delay(1)) as c:
+    async with hostile_client(script_server.url, retry=sandboxkit.RetryPolicy.no_delay(1)) as c:
         with anyio.fail_after(LIMIT), pytest.raises(expected) as caught:
             await _drain(c.templates.builds("t"))
-        await close_and_check(c, [int(server.url.rsplit(":", 1)[1])])
+        await close_and_check(c, [int(script_server.url.rsplit(":", 1)[1])])
     assert endless.sent < 64 * 2**20, f"the client read {endless.sent} bytes"
     if status == 200:
         assert "larger than" in str(caught.value)
@@ -626,28 +614,30 @@ def _in_pieces(status: int, *pieces: bytes) -> Any:
 
 
 async def test_an_upload_answer_that_arrives_in_pieces_is_read_whole(
-    server: ScriptServer, hostile: sandboxkit.Client
+    script_server: ScriptServer, hostile: sandboxkit.Client
 ) -> None:
     """A success body delivered in several network reads is read to its end, not judged by
     its first piece."""
-    server.on(
+    script_server.on(
         "POST",
         "/files",
         _in_pieces(200, b'[{"path": "/f.bin", ', b'"name": "f.bin", "type": "file"}]'),
     )
     with anyio.fail_after(LIMIT):
-        entry = await on_server(hostile, server.url.rsplit(":", 1)[1]).files.upload("/f.bin", b"x")
+        entry = await on_server(hostile, script_server.url.rsplit(":", 1)[1]).files.upload(
+            "/f.bin", b"x"
+        )
     assert (entry.path, entry.name) == ("/f.bin", "f.bin")
-    assert len(server.requests("POST", "/files")) == 1
+    assert len(script_server.requests("POST", "/files")) == 1
 
 
 async def test_a_data_plane_error_body_in_pieces_keeps_its_message(
-    server: ScriptServer, hostile: sandboxkit.Client
+    script_server: ScriptServer, hostile: sandboxkit.Client
 ) -> None:
     """A `{message}` error body delivered in pieces still gives its message."""
-    server.on("GET", "/files", _in_pieces(404, b'{"message": "no such', b' file here"}'))
+    script_server.on("GET", "/files", _in_pieces(404, b'{"message": "no such', b' file here"}'))
     with anyio.fail_after(LIMIT), pytest.raises(sandboxkit.NotFoundError) as caught:
-        await on_server(hostile, server.url.rsplit(":", 1)[1]).files.read_bytes("/f.bin")
+        await on_server(hostile, script_server.url.rsplit(":", 1)[1]).files.read_bytes("/f.bin")
     assert caught.value.message == "no such file here"
 
 
@@ -664,7 +654,7 @@ DEEP = b"[" * 100_000 + b"]" * 100_000
 )
 @pytest.mark.parametrize("surface", ["v2", "v1"])
 async def test_json_nested_past_the_parser_depth(
-    server: ScriptServer,
+    script_server: ScriptServer,
     hostile: sandboxkit.Client,
     surface: str,
     status: int,
@@ -673,7 +663,7 @@ async def test_json_nested_past_the_parser_depth(
     """JSON nested deeper than the parser can go is a ResponseDecodeError on a success and
     keeps the status's class on an error, never a RecursionError."""
     path = "/api/v2/templates/t/builds" if surface == "v2" else f"/api/v1/organizations/{ORG}"
-    server.always("GET", path, raw(DEEP, status))
+    script_server.always("GET", path, raw(DEEP, status))
     with anyio.fail_after(LIMIT), pytest.raises(expected):
         if surface == "v2":
             await _drain(hostile.templates.builds("t"))
@@ -682,7 +672,7 @@ async def test_json_nested_past_the_parser_depth(
 
 
 async def test_hostile_json_values_are_decode_errors(
-    server: ScriptServer, hostile: sandboxkit.Client
+    script_server: ScriptServer, hostile: sandboxkit.Client
 ) -> None:
     """Non-finite numbers, 5000-digit integers, missing fields and wrong types in a page give
     ResponseDecodeError, never a crash."""
@@ -696,10 +686,10 @@ async def test_hostile_json_values_are_decode_errors(
         b'\xff\xfe{"not": "utf-8"}',
     ]
     for body in bodies:
-        server.on("GET", "/api/v2/templates/t/builds", raw(body))
+        script_server.on("GET", "/api/v2/templates/t/builds", raw(body))
         with anyio.fail_after(LIMIT), pytest.raises(sandboxkit.ResponseDecodeError):
             await _drain(hostile.templates.builds("t"))
-    server.on("GET", "/api/v2/templates/t/builds", json_answer_handler())
+    script_server.on("GET", "/api/v2/templates/t/builds", json_answer_handler())
     assert await _drain(hostile.templates.builds("t")) == []
 
 

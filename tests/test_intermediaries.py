@@ -20,10 +20,8 @@ import sandboxkit
 from sandboxkit.emulator import Emulator, Fault
 
 from .conftest import Handler, ScriptServer
-from .test_files_support import NO_RESUME, RESUME, client, dir_listing, emu, payload, sha
-from .test_hostile import SINKS, hostile, on_server
-
-__all__ = ["client", "emu", "hostile"]  # fixtures, re-exported for pytest
+from .files_support import NO_RESUME, RESUME, dir_listing, payload, sha
+from .test_hostile import SINKS, on_server
 
 MiB = 1 << 20
 # Hop-by-hop headers and the ones the proxy recomputes when it re-codes the body.
@@ -100,8 +98,11 @@ class CompressingProxy:
 
 
 @pytest.fixture(params=[False, True], ids=["honours-accept-encoding", "always-gzips"])
-async def proxy(request: pytest.FixtureRequest, emu: Emulator) -> AsyncIterator[CompressingProxy]:
-    data_port = int(emu.domain.rsplit(":", 1)[1])
+async def proxy(
+    request: pytest.FixtureRequest, emulator: Emulator
+) -> AsyncIterator[CompressingProxy]:
+    """A compressing proxy in front of the emulator's data plane, in both modes."""
+    data_port = int(emulator.domain.rsplit(":", 1)[1])
     running = CompressingProxy(data_port, always=request.param)
     await running.start()
     yield running
@@ -123,10 +124,14 @@ async def behind(
 
 @pytest.mark.parametrize("idc", [RESUME, NO_RESUME])
 async def test_download_writes_the_raw_bytes_behind_a_compressing_proxy(
-    emu: Emulator, client: sandboxkit.Client, proxy: CompressingProxy, tmp_path: Path, idc: str
+    emulator: Emulator,
+    emulator_client: sandboxkit.Client,
+    proxy: CompressingProxy,
+    tmp_path: Path,
+    idc: str,
 ) -> None:
     """Every data-plane GET asks for identity, and what lands is the file, never its gzip."""
-    sbx, root = await behind(emu, client, proxy, idc)
+    sbx, root = await behind(emulator, emulator_client, proxy, idc)
     data = payload(3 * MiB, seed=3)
     (root / "home/user/big.bin").write_bytes(data)
     result = await sbx.files.download("/home/user/big.bin", tmp_path / "big.bin")
@@ -141,17 +146,21 @@ async def test_download_writes_the_raw_bytes_behind_a_compressing_proxy(
 
 @pytest.mark.parametrize("idc", [RESUME, NO_RESUME])
 async def test_a_cut_behind_a_compressing_proxy_never_mixes_coded_offsets(
-    emu: Emulator, client: sandboxkit.Client, proxy: CompressingProxy, tmp_path: Path, idc: str
+    emulator: Emulator,
+    emulator_client: sandboxkit.Client,
+    proxy: CompressingProxy,
+    tmp_path: Path,
+    idc: str,
 ) -> None:
     """A coded answer cut mid-body is fetched whole again; an identity one resumes by Range."""
-    sbx, root = await behind(emu, client, proxy, idc)
+    sbx, root = await behind(emulator, emulator_client, proxy, idc)
     data = payload(2 * MiB, seed=5)
     (root / "home/user/cut.bin").write_bytes(data)
-    emu.faults.script("files.download", Fault.cut(after_bytes=700_000))
+    emulator.faults.script("files.download", Fault.cut(after_bytes=700_000))
     result = await sbx.files.download("/home/user/cut.bin", tmp_path / "cut.bin")
     assert (tmp_path / "cut.bin").read_bytes() == data
     assert result.sha256 == sha(data)
-    ranges = [r.headers.get("Range") for r in emu.journal_for("files.download")]
+    ranges = [r.headers.get("Range") for r in emulator.journal_for("files.download")]
     if proxy.always or idc == NO_RESUME:
         # Offsets in a gzip stream are not offsets in the file: no Range after a coded answer.
         assert (ranges, result.attempts, result.resumes) == ([None, None], 2, 0)
@@ -162,10 +171,10 @@ async def test_a_cut_behind_a_compressing_proxy_never_mixes_coded_offsets(
 
 
 async def test_upload_reply_and_error_bodies_are_read_through_the_proxy(
-    emu: Emulator, client: sandboxkit.Client, proxy: CompressingProxy, tmp_path: Path
+    emulator: Emulator, emulator_client: sandboxkit.Client, proxy: CompressingProxy, tmp_path: Path
 ) -> None:
     """An upload's JSON reply and a 404's message come through, asked for as identity."""
-    sbx, root = await behind(emu, client, proxy, RESUME)
+    sbx, root = await behind(emulator, emulator_client, proxy, RESUME)
     entry = await sbx.files.upload("/home/user/up.bin", b"uploaded")
     assert (entry.path, (root / "home/user/up.bin").read_bytes()) == (
         "/home/user/up.bin",
@@ -208,7 +217,7 @@ CODED = payload(300_000, seed=9) * 3  # compressible: repeated
 )
 @pytest.mark.parametrize("operation", ["download", "read_bytes", "iter_bytes"])
 async def test_each_coding_a_server_sends_anyway_is_decoded(
-    server: ScriptServer,
+    script_server: ScriptServer,
     hostile: sandboxkit.Client,
     tmp_path: Path,
     encoding: str,
@@ -216,33 +225,33 @@ async def test_each_coding_a_server_sends_anyway_is_decoded(
     operation: str,
 ) -> None:
     """gzip, x-gzip and both deflate forms, sent despite `identity`, decode to the file."""
-    server.always("GET", "/files", coded_answer(encoding, code(CODED)))
-    sbx = on_server(hostile, server.url.rsplit(":", 1)[1])
+    script_server.always("GET", "/files", coded_answer(encoding, code(CODED)))
+    sbx = on_server(hostile, script_server.url.rsplit(":", 1)[1])
     assert await SINKS[operation](sbx, tmp_path) == CODED
-    assert [s.headers.get("Accept-Encoding") for s in server.requests()] == ["identity"]
+    assert [s.headers.get("Accept-Encoding") for s in script_server.requests()] == ["identity"]
 
 
 async def test_a_coded_body_that_ends_early_is_fetched_again_whole(
-    server: ScriptServer, hostile: sandboxkit.Client, tmp_path: Path
+    script_server: ScriptServer, hostile: sandboxkit.Client, tmp_path: Path
 ) -> None:
     """A gzip stream missing its end, in a body that ended cleanly, is a cut: no Range after."""
     whole_stream = _gzip(CODED)
-    server.on("GET", "/files", coded_answer("gzip", whole_stream[: len(whole_stream) // 2]))
-    server.always("GET", "/files", coded_answer("gzip", whole_stream))
-    sbx = on_server(hostile, server.url.rsplit(":", 1)[1])
+    script_server.on("GET", "/files", coded_answer("gzip", whole_stream[: len(whole_stream) // 2]))
+    script_server.always("GET", "/files", coded_answer("gzip", whole_stream))
+    sbx = on_server(hostile, script_server.url.rsplit(":", 1)[1])
     result = await sbx.files.download("/f.bin", tmp_path / "f.bin")
     assert (tmp_path / "f.bin").read_bytes() == CODED
     assert (result.attempts, result.resumes) == (2, 0)
-    assert [s.headers.get("Range") for s in server.requests()] == [None, None]
+    assert [s.headers.get("Range") for s in script_server.requests()] == [None, None]
 
 
 async def test_a_coding_sandboxkit_cannot_decode_fails_at_once_and_writes_nothing(
-    server: ScriptServer, hostile: sandboxkit.Client, tmp_path: Path
+    script_server: ScriptServer, hostile: sandboxkit.Client, tmp_path: Path
 ) -> None:
     """A `br` answer raises ResponseDecodeError naming the coding, after one request."""
-    server.always("GET", "/files", coded_answer("br", b"\x0b\x02\x80hello\x03"))
-    sbx = on_server(hostile, server.url.rsplit(":", 1)[1])
+    script_server.always("GET", "/files", coded_answer("br", b"\x0b\x02\x80hello\x03"))
+    sbx = on_server(hostile, script_server.url.rsplit(":", 1)[1])
     with pytest.raises(sandboxkit.ResponseDecodeError, match="'br'"):
         await sbx.files.download("/f.bin", tmp_path / "f.bin")
-    assert len(server.requests()) == 1
+    assert len(script_server.requests()) == 1
     assert dir_listing(tmp_path) == []

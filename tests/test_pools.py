@@ -143,10 +143,12 @@ async def test_throttled_host_limits_only_itself() -> None:
     assert b.limiter.total_tokens == 2
 
 
-async def test_repr_and_errors_never_show_the_key(server: ScriptServer) -> None:
+async def test_repr_and_errors_never_show_the_key(script_server: ScriptServer) -> None:
     """Neither repr(client) nor an exception's text carries the API key."""
-    server.on("GET", "/api/v2/p", answer({"code": "Auth.Unauthorized", "message": "no"}, 401))
-    async with sandboxkit.Client(api_key=API_KEY, base_url=server.url) as client:
+    script_server.on(
+        "GET", "/api/v2/p", answer({"code": "Auth.Unauthorized", "message": "no"}, 401)
+    )
+    async with sandboxkit.Client(api_key=API_KEY, base_url=script_server.url) as client:
         assert API_KEY not in repr(client)
         with pytest.raises(sandboxkit.AuthenticationError) as info:
             await client.request("GET", "/api/v2/p")
@@ -183,12 +185,12 @@ def test_client_refuses_a_second_event_loop() -> None:
     gc.collect()
 
 
-async def test_many_concurrent_tasks_share_one_client(server: ScriptServer) -> None:
+async def test_many_concurrent_tasks_share_one_client(script_server: ScriptServer) -> None:
     """Two hundred concurrent calls on one client all succeed over one control pool."""
-    server.always("GET", "/api/v2/p", answer({"request_id": "r", "data": 1}))
+    script_server.always("GET", "/api/v2/p", answer({"request_id": "r", "data": 1}))
     async with sandboxkit.Client(
         api_key="k",
-        base_url=server.url,
+        base_url=script_server.url,
         limits=sandboxkit.Limits(control_plane_connections=10),
     ) as client:
         results: list[int] = []
@@ -205,13 +207,13 @@ async def test_many_concurrent_tasks_share_one_client(server: ScriptServer) -> N
 
 
 async def test_debug_logs_never_carry_the_key(
-    server: ScriptServer, caplog: pytest.LogCaptureFixture
+    script_server: ScriptServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Even at DEBUG, no log record of any logger holds the API key."""
-    server.always("GET", "/api/v2/p", answer({"code": "x", "message": "m"}, 503))
+    script_server.always("GET", "/api/v2/p", answer({"code": "x", "message": "m"}, 503))
     with caplog.at_level(logging.DEBUG):
         async with sandboxkit.Client(
-            api_key=API_KEY, base_url=server.url, retry=sandboxkit.RetryPolicy.no_delay(3)
+            api_key=API_KEY, base_url=script_server.url, retry=sandboxkit.RetryPolicy.no_delay(3)
         ) as client:
             with pytest.raises(sandboxkit.ServiceUnavailableError):
                 await client.request("GET", "/api/v2/p")

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import logging
 import traceback
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-import trustme
 
 import sandboxkit
 from sandboxkit import models
@@ -43,13 +42,6 @@ def exception_text(exc: BaseException) -> str:
     return "\n".join(parts)
 
 
-@pytest.fixture
-async def emu() -> AsyncIterator[Emulator]:
-    """An emulator with two IDCs' worth of sandboxes to be had."""
-    async with Emulator() as running:
-        yield running
-
-
 async def _sandbox(emu: Emulator, client: sandboxkit.Client) -> tuple[sandboxkit.Sandbox, str, str]:
     body = await emu.create_sandbox()
     data = body["data"]
@@ -57,15 +49,15 @@ async def _sandbox(emu: Emulator, client: sandboxkit.Client) -> tuple[sandboxkit
     return client.sandbox_from_response(body), data["sandbox_key"], data["sandbox_access_token"]
 
 
-async def test_reprs_never_show_a_secret(emu: Emulator, tmp_path: Path) -> None:
+async def test_reprs_never_show_a_secret(emulator: Emulator, tmp_path: Path) -> None:
     """The client, its parts, sandbox handles, pools and secret-bearing models never show a
     key or token in repr or str."""
-    async with emu.client(retry=sandboxkit.RetryPolicy.no_delay()) as client:
-        sbx, _, token = await _sandbox(emu, client)
+    async with emulator.client(retry=sandboxkit.RetryPolicy.no_delay()) as client:
+        sbx, _, token = await _sandbox(emulator, client)
         await sbx.files.download("/home/user/f.bin", tmp_path / "f.bin")
         pool = client._transport.hosts.get(HostKey(sbx.origin, token))
         assert pool is not None
-        config = sandboxkit.ClientConfig(api_key=emu.api_key, base_url=emu.base_url)
+        config = sandboxkit.ClientConfig(api_key=emulator.api_key, base_url=emulator.base_url)
         objects: list[Any] = [
             client,
             client._transport,
@@ -83,7 +75,7 @@ async def test_reprs_never_show_a_secret(emu: Emulator, tmp_path: Path) -> None:
             models.TemplateCredential(secret="cred-SECRET", username="u"),
             models.OAuthCodeExchange(provider="gh", code="code-SECRET"),
         ]
-        secrets = [emu.api_key, token, "SECRET"]
+        secrets = [emulator.api_key, token, "SECRET"]
         for thing in objects:
             assert secrets_in(repr(thing) + str(thing), secrets) == [], type(thing).__name__
 
@@ -141,44 +133,44 @@ async def _drain(items: Any) -> list[Any]:
     return [item async for item in items]
 
 
-async def test_exceptions_never_show_a_secret(emu: Emulator, tmp_path: Path) -> None:
+async def test_exceptions_never_show_a_secret(emulator: Emulator, tmp_path: Path) -> None:
     """No exception message, repr, chain or traceback carries the API key, a sandbox token or
     a one-time OAuth code."""
-    async with emu.client(retry=sandboxkit.RetryPolicy.no_delay(3)) as client:
-        caught = await _failures(emu, client, tmp_path)
-        tokens = [s.token for s in emu._core.sandboxes.live.values()]
+    async with emulator.client(retry=sandboxkit.RetryPolicy.no_delay(3)) as client:
+        caught = await _failures(emulator, client, tmp_path)
+        tokens = [s.token for s in emulator._core.sandboxes.live.values()]
     assert len(caught) == 15
     for exc in caught:
         text = exception_text(exc)
-        assert secrets_in(text, [emu.api_key, *tokens, "SECRET"]) == [], text[-600:]
+        assert secrets_in(text, [emulator.api_key, *tokens, "SECRET"]) == [], text[-600:]
 
 
 async def test_debug_logs_never_show_a_secret(
-    emu: Emulator, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    emulator: Emulator, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """At DEBUG, over failing and retried runs on both planes, no log record (message,
     arguments or traceback) carries a key or token."""
     caplog.set_level(logging.DEBUG)
-    async with emu.client(retry=sandboxkit.RetryPolicy.no_delay(4)) as client:
-        sbx, _, _ = await _sandbox(emu, client)
-        emu.faults.script("files.download", Fault.status(429, retry_after="0"), Fault.cut(100))
-        emu.faults.script("files.upload", Fault.status(502), Fault.cut_before_headers())
-        emu.faults.script("templates.create", Fault.status(503), Fault.cut(3))
+    async with emulator.client(retry=sandboxkit.RetryPolicy.no_delay(4)) as client:
+        sbx, _, _ = await _sandbox(emulator, client)
+        emulator.faults.script("files.download", Fault.status(429, retry_after="0"), Fault.cut(100))
+        emulator.faults.script("files.upload", Fault.status(502), Fault.cut_before_headers())
+        emulator.faults.script("templates.create", Fault.status(503), Fault.cut(3))
         with anyio.fail_after(LIMIT):
             await sbx.files.download("/home/user/f.bin", tmp_path / "f.bin")
             await sbx.files.upload("/home/user/g.bin", PAYLOAD)
             await client.templates.create(
                 name="t", resources=sandboxkit.CustomResources(2, 2048, 10240)
             )
-        await _failures(emu, client, tmp_path)
-        tokens = [s.token for s in emu._core.sandboxes.live.values()]
+        await _failures(emulator, client, tmp_path)
+        tokens = [s.token for s in emulator._core.sandboxes.live.values()]
     records = caplog.get_records("call")
     assert any(r.levelno == logging.WARNING and "retrying" in r.getMessage() for r in records)
     for record in records:
         text = record.getMessage()
         if record.exc_info:
             text += "".join(traceback.format_exception(*record.exc_info))
-        assert secrets_in(text, [emu.api_key, *tokens, "SECRET"]) == [], text
+        assert secrets_in(text, [emulator.api_key, *tokens, "SECRET"]) == [], text
 
 
 def _carried(entry: RecordedRequest) -> str:
@@ -188,30 +180,30 @@ def _carried(entry: RecordedRequest) -> str:
     return "\n".join(fields)
 
 
-async def test_each_secret_reaches_only_its_own_host(emu: Emulator, tmp_path: Path) -> None:
+async def test_each_secret_reaches_only_its_own_host(emulator: Emulator, tmp_path: Path) -> None:
     """In the journals of the console and two sandboxes, the API key appears only on the
     console and each sandbox token only on its own sandbox, through retries included."""
-    async with emu.client(retry=sandboxkit.RetryPolicy.no_delay()) as client:
-        a, key_a, token_a = await _sandbox(emu, client)
-        b, key_b, token_b = await _sandbox(emu, client)
-        emu.faults.script("files.download", Fault.cut(10), Fault.status(429))
-        emu.faults.script("files.upload", Fault.status(502))
-        emu.faults.script("builds.list", Fault.status(503))
+    async with emulator.client(retry=sandboxkit.RetryPolicy.no_delay()) as client:
+        a, key_a, token_a = await _sandbox(emulator, client)
+        b, key_b, token_b = await _sandbox(emulator, client)
+        emulator.faults.script("files.download", Fault.cut(10), Fault.status(429))
+        emulator.faults.script("files.upload", Fault.status(502))
+        emulator.faults.script("builds.list", Fault.status(503))
         with anyio.fail_after(LIMIT):
             created = await client.templates.create(
                 name="t", resources=sandboxkit.CustomResources(2, 2048, 10240)
             )
             await _drain(client.templates.builds(created.id))
-            await client.v1.get_organization(emu.org_id)
-            await client.v1.exchange_oauth_code("github", emu.oauth_code)
+            await client.v1.get_organization(emulator.org_id)
+            await client.v1.exchange_oauth_code("github", emulator.oauth_code)
             for sbx in (a, b, a):
                 await sbx.files.download("/home/user/f.bin", tmp_path / "f.bin")
                 await sbx.files.upload("/home/user/g.bin", PAYLOAD)
                 assert await sbx.files.read_bytes("/home/user/g.bin") == PAYLOAD
-        await close_and_check(client, [port_of(emu.base_url), port_of(emu.domain)])
+        await close_and_check(client, [port_of(emulator.base_url), port_of(emulator.domain)])
     tokens = {key_a: token_a, key_b: token_b}
-    console = [e for e in emu.journal if e.server == "console"]
-    data = [e for e in emu.journal if e.server == "data"]
+    console = [e for e in emulator.journal if e.server == "console"]
+    data = [e for e in emulator.journal if e.server == "data"]
     assert len(console) >= 5 and {e.sandbox_key for e in data} == {key_a, key_b}
     for entry in console:
         assert "X-Access-Token" not in entry.headers
@@ -219,30 +211,23 @@ async def test_each_secret_reaches_only_its_own_host(emu: Emulator, tmp_path: Pa
         if entry.route == "v1.oauth":
             assert "Authorization" not in entry.headers
         else:
-            assert entry.headers["Authorization"] == f"Bearer {emu.api_key}"
+            assert entry.headers["Authorization"] == f"Bearer {emulator.api_key}"
     for entry in data:
         assert entry.sandbox_key is not None
         assert "Authorization" not in entry.headers
         assert entry.headers["X-Access-Token"] == tokens[entry.sandbox_key]
-        others = [emu.api_key] + [t for k, t in tokens.items() if k != entry.sandbox_key]
+        others = [emulator.api_key] + [t for k, t in tokens.items() if k != entry.sandbox_key]
         assert secrets_in(_carried(entry), others) == []
 
 
-@pytest.fixture
-async def tls_emu() -> AsyncIterator[Emulator]:
-    """An emulator speaking TLS with a certificate from a CA nobody trusts by default."""
-    async with Emulator(ca=trustme.CA()) as running:
-        yield running
-
-
-async def test_tls_is_verified_by_default(tls_emu: Emulator) -> None:
+async def test_tls_is_verified_by_default(tls_emulator: Emulator) -> None:
     """Without `ssl=`, both planes refuse the untrusted certificate with an
     APIConnectionError that names certificate verification; nothing reaches a handler."""
-    body = await tls_emu.create_sandbox()
+    body = await tls_emulator.create_sandbox()
     client = sandboxkit.Client(
-        api_key=tls_emu.api_key,
-        base_url=tls_emu.base_url,
-        resolver=tls_emu.resolver,
+        api_key=tls_emulator.api_key,
+        base_url=tls_emulator.base_url,
+        resolver=tls_emulator.resolver,
         retry=sandboxkit.RetryPolicy.no_delay(2),
     )
     delays: list[float] = []
@@ -256,28 +241,30 @@ async def test_tls_is_verified_by_default(tls_emu: Emulator) -> None:
             with pytest.raises(
                 sandboxkit.CertificateVerificationError, match="certificate verification"
             ):
-                await client.v1.get_organization(tls_emu.org_id)
+                await client.v1.get_organization(tls_emulator.org_id)
             with pytest.raises(sandboxkit.APIConnectionError, match="certificate verification"):
                 await client.sandbox_from_response(body).files.read_bytes("/home/user/x")
-    assert tls_emu.journal == []
+    assert tls_emulator.journal == []
     assert delays == []  # an untrusted certificate is final: no retry was even planned
 
 
-async def test_tls_with_the_right_ca_succeeds(tls_emu: Emulator) -> None:
+async def test_tls_with_the_right_ca_succeeds(tls_emulator: Emulator) -> None:
     """With `ssl=` a context trusting the CA, both planes work over https."""
-    body = await tls_emu.create_sandbox()
+    body = await tls_emulator.create_sandbox()
     key = body["data"]["sandbox_key"]
-    (tls_emu.sandbox_root(key) / "home/user/f.bin").write_bytes(PAYLOAD)
-    assert tls_emu.ssl_context is not None
+    (tls_emulator.sandbox_root(key) / "home/user/f.bin").write_bytes(PAYLOAD)
+    assert tls_emulator.ssl_context is not None
     async with sandboxkit.Client(
-        api_key=tls_emu.api_key,
-        base_url=tls_emu.base_url,
-        resolver=tls_emu.resolver,
-        ssl=tls_emu.ssl_context,
+        api_key=tls_emulator.api_key,
+        base_url=tls_emulator.base_url,
+        resolver=tls_emulator.resolver,
+        ssl=tls_emulator.ssl_context,
     ) as client:
-        assert tls_emu.base_url.startswith("https://") and client.data_plane_scheme == "https"
+        assert tls_emulator.base_url.startswith("https://") and client.data_plane_scheme == "https"
         with anyio.fail_after(LIMIT):
-            assert (await client.v1.get_organization(tls_emu.org_id)).name
+            assert (await client.v1.get_organization(tls_emulator.org_id)).name
             sbx = client.sandbox_from_response(body)
             assert await sbx.files.read_bytes("/home/user/f.bin") == PAYLOAD
-        await close_and_check(client, [port_of(tls_emu.base_url), port_of(tls_emu.domain)])
+        await close_and_check(
+            client, [port_of(tls_emulator.base_url), port_of(tls_emulator.domain)]
+        )

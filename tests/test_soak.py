@@ -98,7 +98,7 @@ def soak_seconds(request: pytest.FixtureRequest) -> float:
 
 
 @pytest.fixture
-async def world(tmp_path: Path) -> AsyncIterator[tuple[World, sandboxkit.Client]]:
+async def soak_world(tmp_path: Path) -> AsyncIterator[tuple[World, sandboxkit.Client]]:
     """An emulator with three IDCs, 100 sandboxes holding seeded files, templates and keys."""
     rng = random.Random(seed(7))
     clock = ManualClock()
@@ -200,11 +200,11 @@ async def one_op(
 
 
 async def test_soak(
-    world: tuple[World, sandboxkit.Client], soak_seconds: float, tmp_path: Path
+    soak_world: tuple[World, sandboxkit.Client], soak_seconds: float, tmp_path: Path
 ) -> None:
     """Concurrency 200 over 100 sandboxes with 10% seeded faults: zero wrong bytes, zero
     unhandled exceptions, every operation succeeds, RSS and sockets stay flat."""
-    w, client = world
+    w, client = soak_world
     run_seed = seed(20_240_601)
     print(f"\nsoak: seed={run_seed} (replay: SANDBOXKIT_SEED={run_seed}) seconds={soak_seconds}")
     loop = asyncio.get_running_loop()

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import ast
-import re
 import importlib
 import pkgutil
+import re
 from pathlib import Path
 
 import pytest
@@ -217,3 +217,51 @@ def test_architecture_names_every_module_and_only_real_ones() -> None:
             continue
         candidates = [ROOT / name, ROOT / "resources" / name]
         assert any(c.exists() for c in candidates), name
+
+
+TESTS = Path(__file__).parent
+
+
+def fixtures_defined_in(path: Path) -> list[str]:
+    """The names of the pytest fixtures a file under tests/ defines (`name=` wins if given)."""
+    names = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        for decorator in node.decorator_list:
+            call = decorator if isinstance(decorator, ast.Call) else None
+            if ast.unparse(call.func if call else decorator) not in {"pytest.fixture", "fixture"}:
+                continue
+            given = [
+                k.value.value
+                for k in (call.keywords if call else [])
+                if k.arg == "name" and isinstance(k.value, ast.Constant)
+            ]
+            names.append(str(given[0]) if given else node.name)
+    return names
+
+
+def test_each_fixture_name_is_defined_once() -> None:
+    """No two fixtures under tests/ share a name, so a fixture name means one thing everywhere
+    (shared ones live in tests/conftest.py; a variant gets a name of its own)."""
+    where: dict[str, list[str]] = {}
+    for path in sorted(TESTS.rglob("*.py")):
+        for name in fixtures_defined_in(path):
+            where.setdefault(name, []).append(path.relative_to(TESTS).as_posix())
+    assert {name: files for name, files in where.items() if len(files) > 1} == {}
+
+
+def test_no_file_under_tests_imports_a_fixture() -> None:
+    """Fixtures reach tests through conftest.py, never by importing one from another module
+    (an imported fixture is silently registered a second time in the importing module)."""
+    fixtures = {name for path in TESTS.rglob("*.py") for name in fixtures_defined_in(path)}
+    imported = []
+    for path in sorted(TESTS.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            if node.level == 0 and not (node.module or "").startswith("tests"):
+                continue  # not one of our modules: sandboxkit, pytest, aiohttp...
+            rel = path.relative_to(TESTS).as_posix()
+            imported += [f"{rel}: {a.name}" for a in node.names if a.name in fixtures]
+    assert imported == []

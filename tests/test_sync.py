@@ -55,6 +55,7 @@ class Running:
 
 @pytest.fixture
 def running() -> Iterator[Running]:
+    """An emulator on a manual clock (60 s builds), served from a portal's loop thread."""
     clock = ManualClock()
     with (
         anyio.from_thread.start_blocking_portal() as portal,
@@ -64,7 +65,8 @@ def running() -> Iterator[Running]:
 
 
 @pytest.fixture
-def client(running: Running) -> Iterator[sync.Client]:
+def sync_client(running: Running) -> Iterator[sync.Client]:
+    """A sandboxkit.sync Client on that emulator, retrying without delay."""
     with sync.Client(**running.options()) as c:
         yield c
 
@@ -94,14 +96,14 @@ def exercise(running: Running, client: sync.Client, tmp_path: Path, tag: str) ->
 
 
 def test_sync_client_does_every_kind_of_operation(
-    running: Running, client: sync.Client, tmp_path: Path
+    running: Running, sync_client: sync.Client, tmp_path: Path
 ) -> None:
     """Plain sync code uploads, downloads, streams, pages builds and follows logs to the end."""
-    exercise(running, client, tmp_path, "solo")
+    exercise(running, sync_client, tmp_path, "solo")
 
-    created = client.templates.create(name="followed", resources=RESOURCES, build=BUILD)
+    created = sync_client.templates.create(name="followed", resources=RESOURCES, build=BUILD)
     messages = []
-    for entry in client.templates.build_logs(created.id, created.build_id, follow=True):
+    for entry in sync_client.templates.build_logs(created.id, created.build_id, follow=True):
         if not messages:
             # The build finishes by the emulator's clock; the follower then drains and stops.
             running.clock.advance(120)
@@ -111,14 +113,14 @@ def test_sync_client_does_every_kind_of_operation(
 
 
 def test_one_sync_client_shared_by_eight_threads(
-    running: Running, client: sync.Client, tmp_path: Path
+    running: Running, sync_client: sync.Client, tmp_path: Path
 ) -> None:
     """Eight threads at once share one sync Client for transfers, paging and logs."""
     together = threading.Barrier(8, timeout=30)
 
     def worker(n: int) -> int:
         together.wait()  # all eight are in flight at the same time
-        exercise(running, client, tmp_path, f"t{n}")
+        exercise(running, sync_client, tmp_path, f"t{n}")
         return n
 
     with ThreadPoolExecutor(8) as pool:
@@ -167,7 +169,7 @@ def test_from_config_builds_a_working_client(running: Running) -> None:
 
 
 def test_undeclared_async_methods_still_work_untyped(
-    client: sync.Client, monkeypatch: pytest.MonkeyPatch
+    sync_client: sync.Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A coroutine method the facade does not name is still reached, as a blocking call."""
 
@@ -175,7 +177,7 @@ def test_undeclared_async_methods_still_work_untyped(
         return word * 2
 
     monkeypatch.setattr(AsyncTemplates, "ping", ping, raising=False)
-    assert client.templates.ping("ab") == "abab"  # type: ignore[attr-defined]
+    assert sync_client.templates.ping("ab") == "abab"  # type: ignore[attr-defined]
 
 
 def public_callables(cls: type) -> set[str]:
@@ -232,10 +234,10 @@ def test_option_types_match_the_async_client() -> None:
 
 
 def test_sync_call_from_a_callback_raises_instead_of_waiting_forever(
-    running: Running, client: sync.Client, tmp_path: Path
+    running: Running, sync_client: sync.Client, tmp_path: Path
 ) -> None:
     """A sync call made from a progress callback, on the loop's own thread, raises at once."""
-    sbx = client.sandbox_from_response(running.new_sandbox())
+    sbx = sync_client.sandbox_from_response(running.new_sandbox())
     sbx.files.upload("/home/user/f", b"data")
     errors: list[BaseException] = []
 

@@ -24,18 +24,18 @@ def build(i: int, **extra: Any) -> dict[str, Any]:
 
 
 async def test_create_sends_body_key_and_bearer(
-    server: ScriptServer, client: sandboxkit.Client
+    script_server: ScriptServer, script_client: sandboxkit.Client
 ) -> None:
     """templates.create posts the documented body with a UUID4 Idempotency-Key and Bearer auth."""
-    server.on("POST", TEMPLATES, answer(CREATED, 201, {"Idempotency-Key": "echoed"}))
-    created = await client.templates.create(
+    script_server.on("POST", TEMPLATES, answer(CREATED, 201, {"Idempotency-Key": "echoed"}))
+    created = await script_client.templates.create(
         name="py-agent", resources=RES, description="d", labels={"team": "a"}
     )
     assert (created.id, created.build_id, created.status) == ("tpl-1", "b-1", "waiting")
     assert created.replayed is False
     assert created.idempotency_key == "echoed"
     assert created.request_id == "req-1"
-    [seen] = server.requests("POST", TEMPLATES)
+    [seen] = script_server.requests("POST", TEMPLATES)
     assert seen.headers["Authorization"] == f"Bearer {API_KEY}"
     assert len(seen.headers["Idempotency-Key"]) == 36
     assert json.loads(seen.body) == {
@@ -53,27 +53,27 @@ async def test_create_sends_body_key_and_bearer(
 
 
 async def test_create_preset_and_replay_header(
-    server: ScriptServer, client: sandboxkit.Client
+    script_server: ScriptServer, script_client: sandboxkit.Client
 ) -> None:
     """A preset body carries only type and product; Idempotency-Replayed sets `replayed`."""
-    server.on("POST", TEMPLATES, answer(CREATED, 200, {"Idempotency-Replayed": "true"}))
-    created = await client.templates.create(
+    script_server.on("POST", TEMPLATES, answer(CREATED, 200, {"Idempotency-Replayed": "true"}))
+    created = await script_client.templates.create(
         name="x", resources=PresetResources(product="sku-1"), idempotency_key="key-1"
     )
     assert created.replayed is True
     assert created.idempotency_key == "key-1"
-    body = json.loads(server.requests()[0].body)
+    body = json.loads(script_server.requests()[0].body)
     assert body["resources"] == {"type": "preset", "product": "sku-1"}
-    assert server.requests()[0].headers["Idempotency-Key"] == "key-1"
+    assert script_server.requests()[0].headers["Idempotency-Key"] == "key-1"
 
 
 async def test_retry_after_502_resends_identical_key_and_body(
-    server: ScriptServer, client: sandboxkit.Client, fake_sleep: FakeSleep
+    script_server: ScriptServer, script_client: sandboxkit.Client, fake_sleep: FakeSleep
 ) -> None:
     """A 502 is retried with the very same Idempotency-Key and body bytes."""
-    server.on("POST", TEMPLATES, v2_error(502, "Internal.ServerError"), answer(CREATED, 201))
-    await client.templates.create(name="py-agent", resources=RES)
-    first, second = server.requests("POST", TEMPLATES)
+    script_server.on("POST", TEMPLATES, v2_error(502, "Internal.ServerError"), answer(CREATED, 201))
+    await script_client.templates.create(name="py-agent", resources=RES)
+    first, second = script_server.requests("POST", TEMPLATES)
     assert first.headers["Idempotency-Key"] == second.headers["Idempotency-Key"]
     assert first.body == second.body
     assert len(fake_sleep.delays) == 1
@@ -94,108 +94,113 @@ async def test_retry_after_502_resends_identical_key_and_body(
     ],
 )
 async def test_v2_errors_map_to_classes_without_retry(
-    server: ScriptServer,
-    client: sandboxkit.Client,
+    script_server: ScriptServer,
+    script_client: sandboxkit.Client,
     fake_sleep: FakeSleep,
     status: int,
     code: str,
     cls: type[sandboxkit.APIError],
 ) -> None:
     """v2 error bodies give their class by code, then status; none of these is retried."""
-    server.on("POST", TEMPLATES, v2_error(status, code, details={"quota": 1}))
+    script_server.on("POST", TEMPLATES, v2_error(status, code, details={"quota": 1}))
     with pytest.raises(cls) as info:
-        await client.templates.create(name="n", resources=RES)
+        await script_client.templates.create(name="n", resources=RES)
     assert info.value.status == status
     assert info.value.code == code
     assert info.value.request_id == "req-err"
     assert info.value.surface == "v2"
-    assert len(server.requests()) == 1
+    assert len(script_server.requests()) == 1
     assert fake_sleep.delays == []
 
 
 async def test_consumed_key_is_not_retried_even_with_retryable_policy(
-    server: ScriptServer, client: sandboxkit.Client, fake_sleep: FakeSleep
+    script_server: ScriptServer, script_client: sandboxkit.Client, fake_sleep: FakeSleep
 ) -> None:
     """409 IdempotentKeyConsumed surfaces at once."""
-    server.on("POST", TEMPLATES, v2_error(409, "Sandbox.IdempotentKeyConsumed"))
+    script_server.on("POST", TEMPLATES, v2_error(409, "Sandbox.IdempotentKeyConsumed"))
     with pytest.raises(sandboxkit.IdempotencyKeyConsumedError):
-        await client.templates.create(name="n", resources=RES)
-    assert len(server.requests()) == 1
+        await script_client.templates.create(name="n", resources=RES)
+    assert len(script_server.requests()) == 1
 
 
 async def test_429_retry_after_one_second_is_waited(
-    server: ScriptServer, client: sandboxkit.Client, fake_sleep: FakeSleep
+    script_server: ScriptServer, script_client: sandboxkit.Client, fake_sleep: FakeSleep
 ) -> None:
     """A 429 with Retry-After: 1 waits one second (the server's delay wins)."""
-    server.on(
+    script_server.on(
         "GET",
         "/api/v2/templates/tpl-1/builds",
         answer({"code": "x", "message": "slow down"}, 429, {"Retry-After": "1"}),
         answer({"request_id": "r", "total": 0, "page": 1, "page_size": 20, "items": []}),
     )
-    assert [b async for b in client.templates.builds("tpl-1")] == []
+    assert [b async for b in script_client.templates.builds("tpl-1")] == []
     assert fake_sleep.delays == [1.0]
 
 
 async def test_retry_after_beyond_cap_raises_with_retry_after(
-    server: ScriptServer, client: sandboxkit.Client, fake_sleep: FakeSleep
+    script_server: ScriptServer, script_client: sandboxkit.Client, fake_sleep: FakeSleep
 ) -> None:
     """A Retry-After above max_retry_after is not waited for; the error carries it."""
-    server.on(
+    script_server.on(
         "GET",
         "/api/v2/templates/tpl-1/builds",
         answer({"code": "x", "message": "later"}, 429, {"Retry-After": "3600"}),
     )
     with pytest.raises(sandboxkit.RateLimitError) as info:
-        await client.templates.builds("tpl-1").pages().__anext__()
+        await script_client.templates.builds("tpl-1").pages().__anext__()
     assert info.value.retry_after == 3600.0
     assert fake_sleep.delays == []
 
 
 async def test_500_is_not_retried(
-    server: ScriptServer, client: sandboxkit.Client, fake_sleep: FakeSleep
+    script_server: ScriptServer, script_client: sandboxkit.Client, fake_sleep: FakeSleep
 ) -> None:
     """A plain 500 surfaces at once as InternalServerError."""
-    server.on("GET", "/api/v2/templates/t/builds", v2_error(500, "Internal.ServerError"))
+    script_server.on("GET", "/api/v2/templates/t/builds", v2_error(500, "Internal.ServerError"))
     with pytest.raises(sandboxkit.InternalServerError):
-        [b async for b in client.templates.builds("t")]
-    assert len(server.requests()) == 1
+        [b async for b in script_client.templates.builds("t")]
+    assert len(script_server.requests()) == 1
 
 
 async def test_retries_stop_at_max_attempts(
-    server: ScriptServer, client: sandboxkit.Client, fake_sleep: FakeSleep
+    script_server: ScriptServer, script_client: sandboxkit.Client, fake_sleep: FakeSleep
 ) -> None:
     """max_attempts counts requests: three 503s with max_attempts=3 make three requests."""
-    server.always("GET", "/api/v2/templates/t/builds", v2_error(503, "Internal.ServerError"))
+    script_server.always("GET", "/api/v2/templates/t/builds", v2_error(503, "Internal.ServerError"))
     with pytest.raises(sandboxkit.ServiceUnavailableError):
-        [b async for b in client.templates.builds("t")]
-    assert len(server.requests()) == 3
+        [b async for b in script_client.templates.builds("t")]
+    assert len(script_server.requests()) == 3
     assert len(fake_sleep.delays) == 2
 
 
 async def test_start_build_is_never_retried(
-    server: ScriptServer, client: sandboxkit.Client, fake_sleep: FakeSleep
+    script_server: ScriptServer, script_client: sandboxkit.Client, fake_sleep: FakeSleep
 ) -> None:
     """POST to start a build surfaces a 502 instead of risking a double start."""
-    server.on("POST", "/api/v2/templates/t/builds/b", v2_error(502, "Internal.ServerError"))
+    script_server.on("POST", "/api/v2/templates/t/builds/b", v2_error(502, "Internal.ServerError"))
     with pytest.raises(sandboxkit.BadGatewayError):
-        await client.templates.start_build("t", "b")
-    assert len(server.requests()) == 1
+        await script_client.templates.start_build("t", "b")
+    assert len(script_server.requests()) == 1
 
 
-async def test_start_build_returns_data(server: ScriptServer, client: sandboxkit.Client) -> None:
+async def test_start_build_returns_data(
+    script_server: ScriptServer, script_client: sandboxkit.Client
+) -> None:
     """start_build posts to the build's path and returns the unwrapped data."""
-    server.on(
+    script_server.on(
         "POST",
         "/api/v2/templates/t%2F1/builds/b",
         answer({"request_id": "r", "data": {"id": "b", "status": "building"}}),
     )
-    assert await client.templates.start_build("t/1", "b") == {"id": "b", "status": "building"}
-    assert server.requests()[0].path == "/api/v2/templates/t%2F1/builds/b"
+    assert await script_client.templates.start_build("t/1", "b") == {
+        "id": "b",
+        "status": "building",
+    }
+    assert script_server.requests()[0].path == "/api/v2/templates/t%2F1/builds/b"
 
 
 async def test_paging_45_by_20_makes_three_requests(
-    server: ScriptServer, client: sandboxkit.Client
+    script_server: ScriptServer, script_client: sandboxkit.Client
 ) -> None:
     """total 45 with page_size 20 asks page=1,2,3 and yields all 45 builds once."""
     all_builds = [build(i) for i in range(45)]
@@ -207,10 +212,10 @@ async def test_paging_45_by_20_makes_three_requests(
             {"request_id": "r", "total": 45, "page": page, "page_size": size, "items": items}
         )
 
-    server.always("GET", "/api/v2/templates/tpl-1/builds", pages)
-    got = [b.id async for b in client.templates.builds("tpl-1", page_size=20)]
+    script_server.always("GET", "/api/v2/templates/tpl-1/builds", pages)
+    got = [b.id async for b in script_client.templates.builds("tpl-1", page_size=20)]
     assert got == [b["id"] for b in all_builds]
-    assert [(s.query["page"], s.query["page_size"]) for s in server.requests()] == [
+    assert [(s.query["page"], s.query["page_size"]) for s in script_server.requests()] == [
         ("1", "20"),
         ("2", "20"),
         ("3", "20"),
@@ -218,10 +223,10 @@ async def test_paging_45_by_20_makes_three_requests(
 
 
 async def test_shifted_pages_never_repeat_a_build(
-    server: ScriptServer, client: sandboxkit.Client
+    script_server: ScriptServer, script_client: sandboxkit.Client
 ) -> None:
     """A new build pushing items onto the next page does not make a build appear twice."""
-    server.on(
+    script_server.on(
         "GET",
         "/api/v2/templates/t/builds",
         answer({"total": 4, "page": 1, "page_size": 2, "items": [build(3), build(2)]}),
@@ -229,45 +234,45 @@ async def test_shifted_pages_never_repeat_a_build(
         answer({"total": 5, "page": 2, "page_size": 2, "items": [build(2), build(1)]}),
         answer({"total": 5, "page": 3, "page_size": 2, "items": [build(0)]}),
     )
-    got = [b.id async for b in client.templates.builds("t", page_size=2)]
+    got = [b.id async for b in script_client.templates.builds("t", page_size=2)]
     assert got == ["b-3", "b-2", "b-1", "b-0"]
 
 
 async def test_a_failed_page_is_asked_again_by_the_next_step(
-    server: ScriptServer, client: sandboxkit.Client
+    script_server: ScriptServer, script_client: sandboxkit.Client
 ) -> None:
     """When a page call fails, the stream stays at that page: the next step asks for it again
     and goes on, with no build lost or repeated."""
-    server.on(
+    script_server.on(
         "GET",
         "/api/v2/templates/t/builds",
         answer({"total": 3, "page": 1, "page_size": 2, "items": [build(2), build(1)]}),
         v2_error(500, "Internal.ServerError"),
         answer({"total": 3, "page": 2, "page_size": 2, "items": [build(0)]}),
     )
-    stream = aiter(client.templates.builds("t", page_size=2))
+    stream = aiter(script_client.templates.builds("t", page_size=2))
     got = [(await anext(stream)).id, (await anext(stream)).id]
     with pytest.raises(sandboxkit.InternalServerError):
         await anext(stream)
     got += [b.id async for b in stream]
     assert got == ["b-2", "b-1", "b-0"]
-    assert [s.query["page"] for s in server.requests()] == ["1", "2", "2"]
+    assert [s.query["page"] for s in script_server.requests()] == ["1", "2", "2"]
 
 
 async def test_builds_page_asks_for_exactly_that_page(
-    server: ScriptServer, client: sandboxkit.Client
+    script_server: ScriptServer, script_client: sandboxkit.Client
 ) -> None:
     """builds_page is one request for the page asked for, decoded into a typed Page."""
-    server.on(
+    script_server.on(
         "GET",
         "/api/v2/templates/t%2F1/builds",
         answer({"request_id": "r3", "total": 9, "page": 3, "page_size": 2, "items": [build(4)]}),
     )
-    page = await client.templates.builds_page("t/1", page=3, page_size=2)
+    page = await script_client.templates.builds_page("t/1", page=3, page_size=2)
     assert (page.page, page.page_size, page.total, page.request_id) == (3, 2, 9, "r3")
     assert [b.id for b in page.items] == ["b-4"]
     assert isinstance(page.items[0], sandboxkit.Build)
-    [seen] = server.requests()
+    [seen] = script_server.requests()
     assert (seen.path, seen.query) == (
         "/api/v2/templates/t%2F1/builds",
         {"page": "3", "page_size": "2"},
@@ -284,20 +289,23 @@ async def test_builds_page_asks_for_exactly_that_page(
     ],
 )
 async def test_builds_page_refuses_bad_input_before_any_request(
-    server: ScriptServer, client: sandboxkit.Client, arguments: dict[str, Any], field: str
+    script_server: ScriptServer,
+    script_client: sandboxkit.Client,
+    arguments: dict[str, Any],
+    field: str,
 ) -> None:
     """A page below 1 or not an int, a page size past 100 or an empty id sends nothing."""
     call = {"template_id": "t", **arguments}
     with pytest.raises(sandboxkit.ValidationError, match=field):
-        await client.templates.builds_page(call.pop("template_id"), **call)
-    assert server.requests() == []
+        await script_client.templates.builds_page(call.pop("template_id"), **call)
+    assert script_server.requests() == []
 
 
 async def test_page_request_id_comes_from_the_body_else_the_header(
-    server: ScriptServer, client: sandboxkit.Client
+    script_server: ScriptServer, script_client: sandboxkit.Client
 ) -> None:
     """A page's request_id is the body's; a body without one takes X-Request-ID."""
-    server.on(
+    script_server.on(
         "GET",
         "/api/v2/templates/t/builds",
         answer(
@@ -309,21 +317,21 @@ async def test_page_request_id_comes_from_the_body_else_the_header(
             headers={"X-Request-ID": "header-2"},
         ),
     )
-    pages = [p async for p in client.templates.builds("t", page_size=2).pages()]
+    pages = [p async for p in script_client.templates.builds("t", page_size=2).pages()]
     assert [p.request_id for p in pages] == ["body", "header-2"]
 
 
 async def test_empty_page_stops_and_pages_expose_metadata(
-    server: ScriptServer, client: sandboxkit.Client
+    script_server: ScriptServer, script_client: sandboxkit.Client
 ) -> None:
     """.pages() yields Page objects and stops at an empty page even if total claims more."""
-    server.on(
+    script_server.on(
         "GET",
         "/api/v2/templates/t/builds",
         answer({"request_id": "r1", "total": 99, "page": 1, "page_size": 2, "items": [build(1)]}),
         answer({"request_id": "r2", "total": 99, "page": 2, "page_size": 2, "items": []}),
     )
-    pages = [p async for p in client.templates.builds("t", page_size=2).pages()]
+    pages = [p async for p in script_client.templates.builds("t", page_size=2).pages()]
     assert [(p.page, p.total, p.request_id, len(p.items)) for p in pages] == [
         (1, 99, "r1", 1),
         (2, 99, "r2", 0),
@@ -332,7 +340,7 @@ async def test_empty_page_stops_and_pages_expose_metadata(
 
 
 async def test_build_fields_parse_and_unknown_ones_are_ignored(
-    server: ScriptServer, client: sandboxkit.Client
+    script_server: ScriptServer, script_client: sandboxkit.Client
 ) -> None:
     """Builds parse timestamps, resources, failure; unknown fields and statuses pass."""
     item = build(
@@ -344,12 +352,12 @@ async def test_build_fields_parse_and_unknown_ones_are_ignored(
         commands=["a", "b"],
         brand_new_field={"x": 1},
     )
-    server.on(
+    script_server.on(
         "GET",
         "/api/v2/templates/t/builds",
         answer({"total": 1, "page": 1, "page_size": 20, "items": [item]}),
     )
-    [b] = [b async for b in client.templates.builds("t")]
+    [b] = [b async for b in script_client.templates.builds("t")]
     assert b.status == "exotic-new-status"
     assert b.created_at is not None and b.created_at.utcoffset() is not None
     assert b.resources == sandboxkit.BuildResources(2, 2, 2, "x86_64")
@@ -373,41 +381,43 @@ def log_page(entries: list[tuple[int, str]], next_offset: int, has_more: bool) -
 
 
 async def test_logs_follow_next_offset_with_level(
-    server: ScriptServer, client: sandboxkit.Client
+    script_server: ScriptServer, script_client: sandboxkit.Client
 ) -> None:
     """build_logs pages by offset/limit/level until has_more is false."""
     path = "/api/v2/templates/t/builds/b/logs"
-    server.on(
+    script_server.on(
         "GET",
         path,
         answer(log_page([(0, "error"), (1, "error")], 2, True)),
         answer(log_page([(2, "error")], 3, False)),
     )
-    got = [e.offset async for e in client.templates.build_logs("t", "b", level="error", limit=2)]
+    got = [
+        e.offset async for e in script_client.templates.build_logs("t", "b", level="error", limit=2)
+    ]
     assert got == [0, 1, 2]
-    assert [s.query for s in server.requests()] == [
+    assert [s.query for s in script_server.requests()] == [
         {"offset": "0", "limit": "2", "level": "error"},
         {"offset": "2", "limit": "2", "level": "error"},
     ]
 
 
 async def test_logs_refuse_a_cursor_that_goes_backwards(
-    server: ScriptServer, client: sandboxkit.Client
+    script_server: ScriptServer, script_client: sandboxkit.Client
 ) -> None:
     """A next_offset behind the current offset raises PaginationError instead of looping."""
     path = "/api/v2/templates/t/builds/b/logs"
-    server.on("GET", path, answer(log_page([(5, "info")], 1, True)))
+    script_server.on("GET", path, answer(log_page([(5, "info")], 1, True)))
     with pytest.raises(sandboxkit.PaginationError):
-        [e async for e in client.templates.build_logs("t", "b", offset=5)]
+        [e async for e in script_client.templates.build_logs("t", "b", offset=5)]
 
 
 async def test_logs_follow_until_build_finishes(
-    server: ScriptServer, client: sandboxkit.Client, fake_sleep: FakeSleep
+    script_server: ScriptServer, script_client: sandboxkit.Client, fake_sleep: FakeSleep
 ) -> None:
     """follow=True polls with backoff while the build runs and stops after it finishes."""
     logs = "/api/v2/templates/t/builds/b/logs"
     builds = "/api/v2/templates/t/builds"
-    server.on(
+    script_server.on(
         "GET",
         logs,
         answer(log_page([(0, "info")], 1, False)),
@@ -422,35 +432,35 @@ async def test_logs_follow_until_build_finishes(
         "page_size": 100,
         "items": [build(0, id="b", finished_at="2026-01-01T00:00:09Z")],
     }
-    server.on("GET", builds, answer(running), answer(running), answer(done))
+    script_server.on("GET", builds, answer(running), answer(running), answer(done))
     got = [
         e.offset
-        async for e in client.templates.build_logs("t", "b", follow=True, poll_interval=0.25)
+        async for e in script_client.templates.build_logs("t", "b", follow=True, poll_interval=0.25)
     ]
     assert got == [0, 1, 2]
     assert fake_sleep.delays == [0.25, 0.5]
-    assert len(server.requests("GET", builds)) == 3
+    assert len(script_server.requests("GET", builds)) == 3
 
 
 async def test_follow_raises_build_failed_when_asked(
-    server: ScriptServer, client: sandboxkit.Client, fake_sleep: FakeSleep
+    script_server: ScriptServer, script_client: sandboxkit.Client, fake_sleep: FakeSleep
 ) -> None:
     """raise_on_failure turns a failed build into BuildFailedError after the logs drain."""
-    server.on(
+    script_server.on(
         "GET",
         "/api/v2/templates/t/builds/b/logs",
         answer(log_page([], 0, False)),
         answer(log_page([(0, "error")], 1, False)),
     )
     failed = build(0, id="b", failure={"code": "TemplateBuild.OutOfMemory", "message": "oom"})
-    server.on(
+    script_server.on(
         "GET",
         "/api/v2/templates/t/builds",
         answer({"total": 1, "page": 1, "page_size": 100, "items": [failed]}),
     )
     seen = []
     with pytest.raises(sandboxkit.BuildFailedError) as info:
-        async for entry in client.templates.build_logs(
+        async for entry in script_client.templates.build_logs(
             "t", "b", follow=True, raise_on_failure=True
         ):
             seen.append(entry.offset)
@@ -459,30 +469,30 @@ async def test_follow_raises_build_failed_when_asked(
 
 
 async def test_request_escape_hatch_unwraps_and_retries_get(
-    server: ScriptServer, client: sandboxkit.Client, fake_sleep: FakeSleep
+    script_server: ScriptServer, script_client: sandboxkit.Client, fake_sleep: FakeSleep
 ) -> None:
     """client.request unwraps the v2 envelope, sends Bearer auth and retries GET on 504."""
-    server.on(
+    script_server.on(
         "GET",
         "/api/v2/products",
         v2_error(504, "Internal.ServerError"),
         answer({"request_id": "r", "data": [{"product": "sku"}]}),
     )
-    assert await client.request("GET", "/api/v2/products", params={"a": "b c"}) == [
+    assert await script_client.request("GET", "/api/v2/products", params={"a": "b c"}) == [
         {"product": "sku"}
     ]
-    assert [s.query for s in server.requests()] == [{"a": "b c"}, {"a": "b c"}]
-    assert server.requests()[1].headers["Authorization"] == f"Bearer {API_KEY}"
+    assert [s.query for s in script_server.requests()] == [{"a": "b c"}, {"a": "b c"}]
+    assert script_server.requests()[1].headers["Authorization"] == f"Bearer {API_KEY}"
 
 
 async def test_request_post_is_not_retried_by_default(
-    server: ScriptServer, client: sandboxkit.Client, fake_sleep: FakeSleep
+    script_server: ScriptServer, script_client: sandboxkit.Client, fake_sleep: FakeSleep
 ) -> None:
     """client.request does not resend a POST unless told it is idempotent."""
-    server.on("POST", "/api/v2/sandboxes", v2_error(502, "Internal.ServerError"))
+    script_server.on("POST", "/api/v2/sandboxes", v2_error(502, "Internal.ServerError"))
     with pytest.raises(sandboxkit.BadGatewayError):
-        await client.request("POST", "/api/v2/sandboxes", json={"a": 1})
-    assert len(server.requests()) == 1
+        await script_client.request("POST", "/api/v2/sandboxes", json={"a": 1})
+    assert len(script_server.requests()) == 1
 
 
 @pytest.mark.parametrize(
@@ -495,27 +505,27 @@ async def test_request_post_is_not_retried_by_default(
     ],
 )
 async def test_error_bodies_of_any_shape_give_the_status_class(
-    server: ScriptServer,
-    client: sandboxkit.Client,
+    script_server: ScriptServer,
+    script_client: sandboxkit.Client,
     body: bytes,
     status: int,
     cls: type[sandboxkit.APIError],
 ) -> None:
     """Empty, non-JSON and wrong-shape error bodies still map by status."""
-    server.always("POST", "/api/v2/x", raw(body, status, "text/html"))
+    script_server.always("POST", "/api/v2/x", raw(body, status, "text/html"))
     with pytest.raises(cls) as info:
-        await client.request("POST", "/api/v2/x")
+        await script_client.request("POST", "/api/v2/x")
     assert info.value.status == status
 
 
 @pytest.mark.parametrize("body", [b"{not json", b"[]", b'{"request_id": "r", "data": 5}'])
 async def test_success_with_wrong_shape_raises_decode_error(
-    server: ScriptServer, client: sandboxkit.Client, body: bytes
+    script_server: ScriptServer, script_client: sandboxkit.Client, body: bytes
 ) -> None:
     """A 2xx body that is not what the interface shows raises ResponseDecodeError."""
-    server.on("POST", TEMPLATES, raw(body, 201))
+    script_server.on("POST", TEMPLATES, raw(body, 201))
     with pytest.raises(sandboxkit.ResponseDecodeError):
-        await client.templates.create(name="n", resources=RES)
+        await script_client.templates.create(name="n", resources=RES)
 
 
 async def test_connection_refused_is_retried_then_surfaces(fake_sleep_factory: Any) -> None:
@@ -531,6 +541,8 @@ async def test_connection_refused_is_retried_then_surfaces(fake_sleep_factory: A
 
 @pytest.fixture
 def fake_sleep_factory() -> Any:
+    """A function that gives any client a FakeSleep and returns it."""
+
     def install(client: sandboxkit.Client) -> FakeSleep:
         sleeper = FakeSleep()
         client._calls.sleep = sleeper
@@ -540,20 +552,20 @@ def fake_sleep_factory() -> Any:
 
 
 async def test_retries_log_warning_without_token(
-    server: ScriptServer,
-    client: sandboxkit.Client,
+    script_server: ScriptServer,
+    script_client: sandboxkit.Client,
     fake_sleep: FakeSleep,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Each retry logs one WARNING with operation, status and attempt, and never the key."""
-    server.on(
+    script_server.on(
         "GET",
         "/api/v2/products",
         v2_error(429, "x"),
         answer({"request_id": "r", "data": []}),
     )
     with caplog.at_level(logging.DEBUG):
-        await client.request("GET", "/api/v2/products")
+        await script_client.request("GET", "/api/v2/products")
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
     text = warnings[0].getMessage()
@@ -561,14 +573,14 @@ async def test_retries_log_warning_without_token(
     assert all(API_KEY not in r.getMessage() for r in caplog.records)
 
 
-async def test_total_timeout_bounds_the_retry_loop(server: ScriptServer) -> None:
+async def test_total_timeout_bounds_the_retry_loop(script_server: ScriptServer) -> None:
     """A retry wait that would outlive the call's total timeout is not taken."""
-    server.always(
+    script_server.always(
         "GET", "/api/v2/p", answer({"code": "x", "message": "m"}, 429, {"Retry-After": "30"})
     )
     async with sandboxkit.Client(
-        api_key="k", base_url=server.url, timeout=sandboxkit.Timeout(total=5)
+        api_key="k", base_url=script_server.url, timeout=sandboxkit.Timeout(total=5)
     ) as client:
         with pytest.raises(sandboxkit.RateLimitError):
             await client.request("GET", "/api/v2/p")
-    assert len(server.requests()) == 1
+    assert len(script_server.requests()) == 1

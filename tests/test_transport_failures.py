@@ -183,12 +183,12 @@ class ScriptedResolver(AbstractResolver):
 
 
 @pytest.fixture
-async def answering(server: ScriptServer) -> ScriptServer:
+async def answering(script_server: ScriptServer) -> ScriptServer:
     """The scripted server answering a Build page and a file on every request."""
     page = {"request_id": "r", "total": 0, "page": 1, "page_size": 20, "items": []}
-    server.always("GET", "/api/v2/templates/tpl/builds", answer(page))
-    server.always("GET", "/files", answer("file"))
-    return server
+    script_server.always("GET", "/api/v2/templates/tpl/builds", answer(page))
+    script_server.always("GET", "/files", answer("file"))
+    return script_server
 
 
 @pytest.mark.parametrize("plane", PLANES)
@@ -249,43 +249,46 @@ class CountingBudget(RetryBudget):
 
 
 @pytest.fixture
-async def emu() -> AsyncIterator[Emulator]:
+async def known_key_emulator() -> AsyncIterator[Emulator]:
+    """An emulator whose API key is this module's known secret."""
     async with Emulator(api_key=API_KEY) as running:
         yield running
 
 
 async def test_a_keep_alive_connection_dying_before_the_head_is_a_counted_retry(
-    emu: Emulator, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    known_key_emulator: Emulator, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """When a reused connection closes before the answer, the resend is one of `attempts`,
     one retry log line, and one request in the journal: aiohttp resends nothing unseen."""
-    async with emu.client(retry=sandboxkit.RetryPolicy.no_delay()) as c:
-        body = await emu.create_sandbox()
+    async with known_key_emulator.client(retry=sandboxkit.RetryPolicy.no_delay()) as c:
+        body = await known_key_emulator.create_sandbox()
         sbx = c.sandbox_from_response(body)
-        (emu.sandbox_root(body["data"]["sandbox_key"]) / "home/user/f.bin").write_bytes(b"x" * 10)
+        (
+            known_key_emulator.sandbox_root(body["data"]["sandbox_key"]) / "home/user/f.bin"
+        ).write_bytes(b"x" * 10)
         first = await sbx.files.download("/home/user/f.bin", tmp_path / "a.bin")
-        emu.faults.script("files.download", Fault.cut_before_headers())
+        known_key_emulator.faults.script("files.download", Fault.cut_before_headers())
         with caplog.at_level(logging.WARNING, logger="sandboxkit"):
             second = await sbx.files.download("/home/user/f.bin", tmp_path / "b.bin")
     assert (first.attempts, second.attempts) == (1, 2)
-    assert len(emu.journal_for("files.download")) == 3
+    assert len(known_key_emulator.journal_for("files.download")) == 3
     assert [r.getMessage().split(" after")[0] for r in caplog.records] == [
         "retrying files.download"
     ]
 
 
 async def test_the_control_plane_counts_the_resend_too(
-    emu: Emulator, caplog: pytest.LogCaptureFixture
+    known_key_emulator: Emulator, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A Build page whose reused connection dies before the head is retried by the loop,
     which logs it and spends from the retry budget."""
-    async with emu.client(retry=sandboxkit.RetryPolicy.no_delay()) as c:
+    async with known_key_emulator.client(retry=sandboxkit.RetryPolicy.no_delay()) as c:
         created = await c.templates.create(
             name="t",
             resources=sandboxkit.CustomResources(cpu_count=1, memory_mb=512, disk_size_mb=1024),
         )
         await c.templates.builds_page(created.id)
-        emu.faults.script("builds.list", Fault.cut_before_headers())
+        known_key_emulator.faults.script("builds.list", Fault.cut_before_headers())
         budget = CountingBudget()
         c._calls.budget = budget
         with caplog.at_level(logging.WARNING, logger="sandboxkit"):

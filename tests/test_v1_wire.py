@@ -106,8 +106,8 @@ CASES: list[tuple[str, Any, str, str, Any, Any, bool]] = [
     ids=[case[0] for case in CASES],
 )
 async def test_v1_requests_on_the_wire(
-    server: ScriptServer,
-    client: sandboxkit.Client,
+    script_server: ScriptServer,
+    script_client: sandboxkit.Client,
     call: Any,
     method: str,
     path: str,
@@ -116,9 +116,9 @@ async def test_v1_requests_on_the_wire(
     authenticated: bool,
 ) -> None:
     """Each v1 operation sends its method, path, exact camelCase body and auth as shown."""
-    server.on(method, path, answer(reply))
-    await call(client)
-    (seen,) = server.requests()
+    script_server.on(method, path, answer(reply))
+    await call(script_client)
+    (seen,) = script_server.requests()
     assert (seen.method, seen.path) == (method, path)
     assert (json.loads(seen.body) if seen.body else None) == body
     if authenticated:
@@ -127,30 +127,34 @@ async def test_v1_requests_on_the_wire(
         assert "Authorization" not in seen.headers
 
 
-async def test_image_filters_in_query(server: ScriptServer, client: sandboxkit.Client) -> None:
+async def test_image_filters_in_query(
+    script_server: ScriptServer, script_client: sandboxkit.Client
+) -> None:
     """Image filters go out as `name` and `os_series`; absent ones are not sent."""
-    server.always("GET", "/api/v1/images", answer([]))
-    await client.v1.list_images(name="deb", os_series="debian")
-    await client.v1.list_images(os_series="debian")
-    assert [s.query for s in server.requests()] == [
+    script_server.always("GET", "/api/v1/images", answer([]))
+    await script_client.v1.list_images(name="deb", os_series="debian")
+    await script_client.v1.list_images(os_series="debian")
+    assert [s.query for s in script_server.requests()] == [
         {"name": "deb", "os_series": "debian"},
         {"os_series": "debian"},
     ]
 
 
-async def test_v1_validation_body_decoded(server: ScriptServer, client: sandboxkit.Client) -> None:
+async def test_v1_validation_body_decoded(
+    script_server: ScriptServer, script_client: sandboxkit.Client
+) -> None:
     """A v1 validation body gives BadRequestError with every validationDetail record."""
     details = [
         {"field": "name", "expression": "max=64", "originalValue": "x" * 65, "reason": "too long"},
         {"field": "scope", "expression": "oneof", "originalValue": "", "reason": "unknown"},
     ]
-    server.on(
+    script_server.on(
         "POST",
         f"/api/v1/organizations/{ORG}/api-keys",
         answer({"group": "request", "code": 0, "validationDetail": details}, 400),
     )
     with pytest.raises(sandboxkit.BadRequestError) as caught:
-        await client.v1.create_api_key(ORG, "ci")
+        await script_client.v1.create_api_key(ORG, "ci")
     error = caught.value
     assert (error.group, error.code, error.surface) == ("request", 0, "v1")
     assert [
@@ -161,15 +165,17 @@ async def test_v1_validation_body_decoded(server: ScriptServer, client: sandboxk
     ]
 
 
-async def test_v1_domain_error_fields(server: ScriptServer, client: sandboxkit.Client) -> None:
+async def test_v1_domain_error_fields(
+    script_server: ScriptServer, script_client: sandboxkit.Client
+) -> None:
     """A v1 domain error keeps group, integer code, message and traces."""
-    server.on(
+    script_server.on(
         "GET",
         f"/api/v1/organizations/{ORG}",
         answer({"group": "organization", "code": 1201, "message": "db", "traces": ["t1"]}, 500),
     )
     with pytest.raises(sandboxkit.InternalServerError) as caught:
-        await client.v1.get_organization(ORG)
+        await script_client.v1.get_organization(ORG)
     error = caught.value
     assert (error.group, error.code, error.message, error.traces) == (
         "organization",

@@ -62,13 +62,13 @@ BAD_CALLS: dict[str, Call] = {
 
 @pytest.mark.parametrize("case", sorted(BAD_CALLS))
 async def test_bad_input_raises_before_any_request(
-    case: str, server: ScriptServer, client: sandboxkit.Client
+    case: str, script_server: ScriptServer, script_client: sandboxkit.Client
 ) -> None:
     """Each bad input raises ValidationError (a ValueError) and the server sees nothing."""
     with pytest.raises(sandboxkit.ValidationError) as info:
-        await BAD_CALLS[case](client)
+        await BAD_CALLS[case](script_client)
     assert isinstance(info.value, ValueError)
-    assert server.seen == []
+    assert script_server.seen == []
 
 
 @pytest.mark.parametrize("page", [0, -1, 1.5, "1", True])

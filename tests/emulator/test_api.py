@@ -10,16 +10,16 @@ import pytest
 from sandboxkit.emulator import Emulator, Idc, ManualClock
 
 from ..reliability_support import port_of
-from .conftest import Box, idcs, new_box
+from .support import Box, idcs, new_box
 
 
-async def test_fresh_sandbox_has_home_and_tmp(emu: Emulator) -> None:
+async def test_fresh_sandbox_has_home_and_tmp(clocked_emulator: Emulator) -> None:
     """A fresh sandbox has /home/user and /tmp, and a create-shaped body."""
-    body = await emu.create_sandbox("eu-lite")
+    body = await clocked_emulator.create_sandbox("eu-lite")
     assert set(body) == {"request_id", "data"}
     assert set(body["data"]) == {"sandbox_key", "domain", "sandbox_access_token"}
-    assert body["data"]["domain"] == emu.domain
-    root = emu.sandbox_root(body["data"]["sandbox_key"])
+    assert body["data"]["domain"] == clocked_emulator.domain
+    root = clocked_emulator.sandbox_root(body["data"]["sandbox_key"])
     assert (root / "home/user").is_dir() and (root / "tmp").is_dir()
 
 
@@ -33,18 +33,18 @@ async def test_create_sandbox_rejects_unknown_or_missing_idc() -> None:
         await emu.create_sandbox("eu-lite")
 
 
-async def test_delete_sandbox_removes_its_files(emu: Emulator, box: Box) -> None:
+async def test_delete_sandbox_removes_its_files(clocked_emulator: Emulator, wire_box: Box) -> None:
     """Deleting a sandbox removes its directory; it is no longer addressable."""
-    root = emu.sandbox_root(box.key)
-    await emu.delete_sandbox(box.key)
+    root = clocked_emulator.sandbox_root(wire_box.key)
+    await clocked_emulator.delete_sandbox(wire_box.key)
     assert not root.exists()
     with pytest.raises(KeyError):
-        emu.sandbox_root(box.key)
+        clocked_emulator.sandbox_root(wire_box.key)
 
 
-async def test_close_removes_everything_and_is_idempotent(clock: ManualClock) -> None:
+async def test_close_removes_everything_and_is_idempotent(manual_clock: ManualClock) -> None:
     """close() stops both servers and deletes the temporary files; a second close is harmless."""
-    emu = Emulator(idcs=idcs(), clock=clock)
+    emu = Emulator(idcs=idcs(), clock=manual_clock)
     await emu.start()
     root = emu.sandbox_root((await emu.create_sandbox())["data"]["sandbox_key"])
     ports = [port_of(emu.base_url), port_of(emu.domain)]
@@ -57,19 +57,19 @@ async def test_close_removes_everything_and_is_idempotent(clock: ManualClock) ->
 
 
 async def test_client_dropping_a_download_is_quiet(
-    emu: Emulator, caplog: pytest.LogCaptureFixture
+    clocked_emulator: Emulator, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A client that drops a download midway causes no server error, even through shutdown."""
-    box = await new_box(emu)
-    (emu.sandbox_root(box.key) / "tmp/big").write_bytes(b"\1" * (16 * 2**20))
-    connector = aiohttp.TCPConnector(resolver=emu.resolver)
+    box = await new_box(clocked_emulator)
+    (clocked_emulator.sandbox_root(box.key) / "tmp/big").write_bytes(b"\1" * (16 * 2**20))
+    connector = aiohttp.TCPConnector(resolver=clocked_emulator.resolver)
     async with aiohttp.ClientSession(connector=connector) as http:
         response = await http.get(box.files, params={"path": "/tmp/big"}, headers=box.auth)
         await response.content.readexactly(1024)
         response.close()
         async with http.get(box.files, params={"path": "/tmp/none"}, headers=box.auth) as again:
             assert again.status == 404
-    await emu.close()  # waits for the dropped handler to finish
+    await clocked_emulator.close()  # waits for the dropped handler to finish
     assert not [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")]
 
 

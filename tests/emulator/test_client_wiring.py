@@ -9,20 +9,23 @@ import trustme
 
 from sandboxkit.emulator import Emulator
 
-from .conftest import idcs
+from .support import idcs
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("sandboxkit.client") is None, reason="sandboxkit.client not there yet"
 )
 
 
-async def test_client_reaches_both_planes(emu: Emulator) -> None:
+async def test_client_reaches_both_planes(clocked_emulator: Emulator) -> None:
     """The returned client talks to the console with the emulator's key and to a sandbox."""
-    async with emu.client() as client:
+    async with clocked_emulator.client() as client:
         body = await client.request("GET", "/api/v2/products")
         assert "sku-small" in str(body)
-        assert emu.journal[-1].headers["Authorization"] == f"Bearer {emu.api_key}"
-        sandbox = client.sandbox_from_response(await emu.create_sandbox())
+        assert (
+            clocked_emulator.journal[-1].headers["Authorization"]
+            == f"Bearer {clocked_emulator.api_key}"
+        )
+        sandbox = client.sandbox_from_response(await clocked_emulator.create_sandbox())
         await sandbox.files.upload("/tmp/g", b"up")
         assert await sandbox.files.read_bytes("/tmp/g") == b"up"
 

@@ -9,7 +9,7 @@ import pytest
 
 from sandboxkit.emulator import Emulator, Fault, Idc, ManualClock
 
-from .conftest import SIMPLE_CUSTOM, create_template, idcs, v2_error
+from .support import SIMPLE_CUSTOM, create_template, idcs, v2_error
 
 BUILD_FIELDS = {
     "id",
@@ -54,32 +54,34 @@ async def list_builds(
 
 
 async def test_create_combined_flow(
-    emu: Emulator, http: aiohttp.ClientSession, clock: ManualClock
+    clocked_emulator: Emulator, raw_http: aiohttp.ClientSession, manual_clock: ManualClock
 ) -> None:
     """Create with build: {request_id, data: {id, build_id, status}}, key echoed, build started."""
-    async with await create_template(http, emu, key="k-combined", build={"commands": ["ls"]}) as r:
+    async with await create_template(
+        raw_http, clocked_emulator, key="k-combined", build={"commands": ["ls"]}
+    ) as r:
         data = await created(r)
         assert r.headers["Idempotency-Key"] == "k-combined"
         assert "Idempotency-Replayed" not in r.headers
     assert data["status"] == "waiting"
-    builds = (await list_builds(http, emu, data["id"]))["items"]
+    builds = (await list_builds(raw_http, clocked_emulator, data["id"]))["items"]
     assert [b["id"] for b in builds] == [data["build_id"]]
     assert set(builds[0]) >= BUILD_FIELDS
     assert builds[0]["trigger"] == "initial_build"
     assert builds[0]["commands"] == ["ls"]
-    assert emu.build_status(data["build_id"]) == "waiting"  # queued: it started
-    clock.advance(0.5)
-    assert emu.build_status(data["build_id"]) == "building"
+    assert clocked_emulator.build_status(data["build_id"]) == "waiting"  # queued: it started
+    manual_clock.advance(0.5)
+    assert clocked_emulator.build_status(data["build_id"]) == "building"
 
 
 async def test_create_split_flow_leaves_build_waiting(
-    emu: Emulator, http: aiohttp.ClientSession, clock: ManualClock
+    clocked_emulator: Emulator, raw_http: aiohttp.ClientSession, manual_clock: ManualClock
 ) -> None:
     """Split flow: a Build in waiting, initial_build, absent, image; nothing starts until asked."""
-    async with await create_template(http, emu) as response:
+    async with await create_template(raw_http, clocked_emulator) as response:
         data = await created(response)
-    clock.advance(3600)
-    build = (await list_builds(http, emu, data["id"]))["items"][0]
+    manual_clock.advance(3600)
+    build = (await list_builds(raw_http, clocked_emulator, data["id"]))["items"][0]
     assert (build["status"], build["trigger"], build["artifact_state"], build["source_type"]) == (
         "waiting",
         "initial_build",
@@ -95,45 +97,55 @@ async def test_create_split_flow_leaves_build_waiting(
     }
 
 
-async def test_start_build_then_conflict(emu: Emulator, http: aiohttp.ClientSession) -> None:
+async def test_start_build_then_conflict(
+    clocked_emulator: Emulator, raw_http: aiohttp.ClientSession
+) -> None:
     """Starting a waiting build answers 200 {id, status}; starting it again is 409."""
-    async with await create_template(http, emu) as response:
+    async with await create_template(raw_http, clocked_emulator) as response:
         data = await created(response)
-    url = f"{builds_url(emu, data['id'])}/{data['build_id']}"
-    headers = {"Authorization": f"Bearer {emu.api_key}"}
-    async with http.post(url, headers=headers) as response:
+    url = f"{builds_url(clocked_emulator, data['id'])}/{data['build_id']}"
+    headers = {"Authorization": f"Bearer {clocked_emulator.api_key}"}
+    async with raw_http.post(url, headers=headers) as response:
         assert response.status == 200
         body = await response.json()
         assert body["data"]["id"] == data["build_id"]
         assert body["data"]["status"] in ("waiting", "building")
         assert body["request_id"] == response.headers["X-Request-ID"]
-    async with http.post(url, headers=headers) as response:
+    async with raw_http.post(url, headers=headers) as response:
         await v2_error(response, 409, "Resource.StateConflict")
-    async with http.post(f"{builds_url(emu, data['id'])}/bld-nope", headers=headers) as response:
+    async with raw_http.post(
+        f"{builds_url(clocked_emulator, data['id'])}/bld-nope", headers=headers
+    ) as response:
         await v2_error(response, 404, "Resource.NotFound")
-    async with http.post(f"{builds_url(emu, 'tpl-nope')}/{data['build_id']}", headers=headers) as r:
+    async with raw_http.post(
+        f"{builds_url(clocked_emulator, 'tpl-nope')}/{data['build_id']}", headers=headers
+    ) as r:
         await v2_error(r, 404, "Resource.NotFound")
 
 
-async def test_split_flow_unsupported_422(emu: Emulator, http: aiohttp.ClientSession) -> None:
+async def test_split_flow_unsupported_422(
+    clocked_emulator: Emulator, raw_http: aiohttp.ClientSession
+) -> None:
     """Split flow in a data center that does not support it is rejected with 422."""
-    async with await create_template(http, emu, idc_name="eu-lite") as response:
+    async with await create_template(raw_http, clocked_emulator, idc_name="eu-lite") as response:
         await v2_error(response, 422, "Parameter.Invalid")
-    async with await create_template(http, emu, key="k2", idc_name="eu-lite", build={}) as response:
+    async with await create_template(
+        raw_http, clocked_emulator, key="k2", idc_name="eu-lite", build={}
+    ) as response:
         await created(response)
 
 
 @pytest.mark.parametrize("idc_name", [None, "", "   ", "us-denver-1"])
 async def test_blank_idc_name_selects_default(
-    emu: Emulator, http: aiohttp.ClientSession, idc_name: str | None
+    clocked_emulator: Emulator, raw_http: aiohttp.ClientSession, idc_name: str | None
 ) -> None:
     """Omitted, empty and whitespace-only idc_name are equivalent: the default data center."""
     fields = {} if idc_name is None else {"idc_name": idc_name}
-    async with await create_template(http, emu, **fields) as response:
+    async with await create_template(raw_http, clocked_emulator, **fields) as response:
         await created(response)
 
 
-async def test_no_default_idc_and_blank_idc_name_400(http: aiohttp.ClientSession) -> None:
+async def test_no_default_idc_and_blank_idc_name_400(raw_http: aiohttp.ClientSession) -> None:
     """If the organization has no default data center, a blank idc_name returns 400."""
     async with Emulator(idcs=idcs(), default_idc=None) as emu:
         connector = aiohttp.TCPConnector(resolver=emu.resolver)
@@ -186,14 +198,18 @@ INVALID_BODIES = {
 
 
 @pytest.mark.parametrize("body", list(INVALID_BODIES.values()), ids=list(INVALID_BODIES))
-async def test_create_validation_400(emu: Emulator, http: aiohttp.ClientSession, body: Any) -> None:
+async def test_create_validation_400(
+    clocked_emulator: Emulator, raw_http: aiohttp.ClientSession, body: Any
+) -> None:
     """Template create request rules and limits: a broken one is 400 Parameter.Invalid."""
-    async with await create_template(http, emu, body) as response:
+    async with await create_template(raw_http, clocked_emulator, body) as response:
         await v2_error(response, 400, "Parameter.Invalid")
         assert response.headers["Idempotency-Key"] == "key-1"
 
 
-async def test_create_accepts_the_limits(emu: Emulator, http: aiohttp.ClientSession) -> None:
+async def test_create_accepts_the_limits(
+    clocked_emulator: Emulator, raw_http: aiohttp.ClientSession
+) -> None:
     """Name of 64, description of 256, 16 vCPU, 65536 MiB memory and disk are accepted."""
     body = _body(
         name="n" * 64,
@@ -203,86 +219,97 @@ async def test_create_accepts_the_limits(emu: Emulator, http: aiohttp.ClientSess
         r_disk_size_mb=65536,
         labels={"team": "a"},
     )
-    async with await create_template(http, emu, body) as response:
+    async with await create_template(raw_http, clocked_emulator, body) as response:
         await created(response)
 
 
-async def test_preset_resources_echo_product(emu: Emulator, http: aiohttp.ClientSession) -> None:
+async def test_preset_resources_echo_product(
+    clocked_emulator: Emulator, raw_http: aiohttp.ClientSession
+) -> None:
     """Preset resources: the catalog entry is used as configured, beyond the custom limits."""
     body = {"name": "big", "resources": {"type": "preset", "product": "sku-xlarge"}}
-    async with await create_template(http, emu, body) as response:
+    async with await create_template(raw_http, clocked_emulator, body) as response:
         data = await created(response)
-    build = (await list_builds(http, emu, data["id"]))["items"][0]
+    build = (await list_builds(raw_http, clocked_emulator, data["id"]))["items"][0]
     assert (build["product"], build["product_name"]) == ("sku-xlarge", "X_LARGE")
     assert build["resources"]["cpu_count"] == 32
 
 
 @pytest.mark.parametrize("key", [None, "", "has space", "tab\tkey", "k" * 65, "é-key"])
 async def test_idempotency_key_rules_400(
-    emu: Emulator, http: aiohttp.ClientSession, key: str | None
+    clocked_emulator: Emulator, raw_http: aiohttp.ClientSession, key: str | None
 ) -> None:
     """Idempotency-Key is required: 1-64 printable ASCII characters, no whitespace."""
-    headers = {"Authorization": f"Bearer {emu.api_key}"}
+    headers = {"Authorization": f"Bearer {clocked_emulator.api_key}"}
     if key is not None:
         headers["Idempotency-Key"] = key
     body = {"name": "x", "resources": SIMPLE_CUSTOM}
-    url = f"{emu.base_url}/api/v2/templates"
-    async with http.post(url, json=body, headers=headers) as response:
+    url = f"{clocked_emulator.base_url}/api/v2/templates"
+    async with raw_http.post(url, json=body, headers=headers) as response:
         await v2_error(response, 400, "Parameter.Invalid")
 
 
 async def test_idempotency_key_of_64_printable_chars(
-    emu: Emulator, http: aiohttp.ClientSession
+    clocked_emulator: Emulator, raw_http: aiohttp.ClientSession
 ) -> None:
     """A 64-character key of printable ASCII is accepted and matched byte for byte."""
     key = "!~" * 32
-    async with await create_template(http, emu, key=key) as response:
+    async with await create_template(raw_http, clocked_emulator, key=key) as response:
         await created(response)
         assert response.headers["Idempotency-Key"] == key
 
 
-async def test_replay_returns_same_ids(emu: Emulator, http: aiohttp.ClientSession) -> None:
+async def test_replay_returns_same_ids(
+    clocked_emulator: Emulator, raw_http: aiohttp.ClientSession
+) -> None:
     """Replay: an identical body under the same key returns the same Template and Build."""
-    async with await create_template(http, emu, key="k") as response:
+    async with await create_template(raw_http, clocked_emulator, key="k") as response:
         first = await created(response)
     body = {"resources": SIMPLE_CUSTOM, "name": "tpl"}  # same JSON, other key order
-    async with await create_template(http, emu, body, key="k") as response:
+    async with await create_template(raw_http, clocked_emulator, body, key="k") as response:
         again = await created(response)
         assert response.headers["Idempotency-Replayed"] == "true"
         assert response.headers["Idempotency-Key"] == "k"
     assert (again["id"], again["build_id"]) == (first["id"], first["build_id"])
-    assert (await list_builds(http, emu, first["id"]))["total"] == 1
+    assert (await list_builds(raw_http, clocked_emulator, first["id"]))["total"] == 1
 
 
-async def test_same_key_other_body_400_mismatch(emu: Emulator, http: aiohttp.ClientSession) -> None:
+async def test_same_key_other_body_400_mismatch(
+    clocked_emulator: Emulator, raw_http: aiohttp.ClientSession
+) -> None:
     """Same Idempotency-Key with a different body: 400 Sandbox.IdempotentParameterMismatch."""
-    async with await create_template(http, emu, key="k") as response:
+    async with await create_template(raw_http, clocked_emulator, key="k") as response:
         await created(response)
-    async with await create_template(http, emu, key="k", description="changed") as response:
+    async with await create_template(
+        raw_http, clocked_emulator, key="k", description="changed"
+    ) as response:
         await v2_error(response, 400, "Sandbox.IdempotentParameterMismatch")
 
 
 async def test_key_of_deleted_template_409_consumed(
-    emu: Emulator, http: aiohttp.ClientSession
+    clocked_emulator: Emulator, raw_http: aiohttp.ClientSession
 ) -> None:
     """Template deleted: the key used for its creation answers 409 Sandbox.IdempotentKeyConsumed."""
-    async with await create_template(http, emu, key="k") as response:
+    async with await create_template(raw_http, clocked_emulator, key="k") as response:
         data = await created(response)
-    emu.delete_template(data["id"])
-    async with await create_template(http, emu, key="k") as response:
+    clocked_emulator.delete_template(data["id"])
+    async with await create_template(raw_http, clocked_emulator, key="k") as response:
         await v2_error(response, 409, "Sandbox.IdempotentKeyConsumed")
-    async with http.get(
-        builds_url(emu, data["id"]), headers={"Authorization": f"Bearer {emu.api_key}"}
+    async with raw_http.get(
+        builds_url(clocked_emulator, data["id"]),
+        headers={"Authorization": f"Bearer {clocked_emulator.api_key}"},
     ) as r:
         await v2_error(r, 404, "Resource.NotFound")
 
 
-async def test_quota_exceeded_403_with_details(emu: Emulator, http: aiohttp.ClientSession) -> None:
+async def test_quota_exceeded_403_with_details(
+    clocked_emulator: Emulator, raw_http: aiohttp.ClientSession
+) -> None:
     """Resource.QuotaExceeded carries details (status 403 in the emulator)."""
-    emu.template_quota = 1
-    async with await create_template(http, emu, key="a") as response:
+    clocked_emulator.template_quota = 1
+    async with await create_template(raw_http, clocked_emulator, key="a") as response:
         await created(response)
-    async with await create_template(http, emu, key="b") as response:
+    async with await create_template(raw_http, clocked_emulator, key="b") as response:
         body = await v2_error(response, 403, "Resource.QuotaExceeded")
     assert isinstance(body["details"], dict) and body["details"]["limit"] == 1
 
@@ -297,15 +324,17 @@ async def test_quota_exceeded_403_with_details(emu: Emulator, http: aiohttp.Clie
     ],
 )
 async def test_malformed_body_400(
-    emu: Emulator, http: aiohttp.ClientSession, content_type: str, data: bytes
+    clocked_emulator: Emulator, raw_http: aiohttp.ClientSession, content_type: str, data: bytes
 ) -> None:
     """A body that is not a JSON object sent as application/json is 400 Parameter.Invalid."""
     headers = {
-        "Authorization": f"Bearer {emu.api_key}",
+        "Authorization": f"Bearer {clocked_emulator.api_key}",
         "Idempotency-Key": "k",
         "Content-Type": content_type,
     }
-    async with http.post(f"{emu.base_url}/api/v2/templates", data=data, headers=headers) as r:
+    async with raw_http.post(
+        f"{clocked_emulator.base_url}/api/v2/templates", data=data, headers=headers
+    ) as r:
         await v2_error(r, 400, "Parameter.Invalid")
 
 
@@ -313,20 +342,20 @@ async def test_malformed_body_400(
 
 
 async def test_builds_list_paging_newest_first(
-    emu: Emulator, http: aiohttp.ClientSession, clock: ManualClock
+    clocked_emulator: Emulator, raw_http: aiohttp.ClientSession, manual_clock: ManualClock
 ) -> None:
     """List Builds: {request_id, total, page, page_size, items}, newest first, defaults 1 and 20."""
-    async with await create_template(http, emu) as response:
+    async with await create_template(raw_http, clocked_emulator) as response:
         data = await created(response)
-    clock.advance(1)
-    extra = emu.add_builds(data["id"], 44)
-    body = await list_builds(http, emu, data["id"])
+    manual_clock.advance(1)
+    extra = clocked_emulator.add_builds(data["id"], 44)
+    body = await list_builds(raw_http, clocked_emulator, data["id"])
     assert set(body) == {"request_id", "total", "page", "page_size", "items"}
     assert (body["total"], body["page"], body["page_size"]) == (45, 1, 20)
     assert [b["id"] for b in body["items"]] == extra[::-1][:20]
-    last = await list_builds(http, emu, data["id"], page="3", page_size="20")
+    last = await list_builds(raw_http, clocked_emulator, data["id"], page="3", page_size="20")
     assert [b["id"] for b in last["items"]] == [*extra[::-1][40:], data["build_id"]]
-    beyond = await list_builds(http, emu, data["id"], page="9", page_size="100")
+    beyond = await list_builds(raw_http, clocked_emulator, data["id"], page="9", page_size="100")
     assert (beyond["items"], beyond["total"]) == ([], 45)
 
 
@@ -344,30 +373,39 @@ async def test_builds_list_paging_newest_first(
     ],
 )
 async def test_builds_list_bad_paging_400(
-    emu: Emulator, http: aiohttp.ClientSession, query: dict[str, str]
+    clocked_emulator: Emulator, raw_http: aiohttp.ClientSession, query: dict[str, str]
 ) -> None:
     """Page min 1 and page size 1-100, integers only: otherwise 400 Parameter.Invalid."""
-    async with await create_template(http, emu) as response:
+    async with await create_template(raw_http, clocked_emulator) as response:
         data = await created(response)
-    headers = {"Authorization": f"Bearer {emu.api_key}"}
-    async with http.get(builds_url(emu, data["id"]), params=query, headers=headers) as response:
+    headers = {"Authorization": f"Bearer {clocked_emulator.api_key}"}
+    async with raw_http.get(
+        builds_url(clocked_emulator, data["id"]), params=query, headers=headers
+    ) as response:
         await v2_error(response, 400, "Parameter.Invalid")
 
 
 async def test_builds_list_page_size_bounds_accepted(
-    emu: Emulator, http: aiohttp.ClientSession
+    clocked_emulator: Emulator, raw_http: aiohttp.ClientSession
 ) -> None:
     """page_size 1 and 100 are accepted."""
-    async with await create_template(http, emu) as response:
+    async with await create_template(raw_http, clocked_emulator) as response:
         data = await created(response)
-    assert (await list_builds(http, emu, data["id"], page_size="1"))["page_size"] == 1
-    assert (await list_builds(http, emu, data["id"], page_size="100"))["page_size"] == 100
+    assert (await list_builds(raw_http, clocked_emulator, data["id"], page_size="1"))[
+        "page_size"
+    ] == 1
+    assert (await list_builds(raw_http, clocked_emulator, data["id"], page_size="100"))[
+        "page_size"
+    ] == 100
 
 
-async def test_builds_list_unknown_template_404(emu: Emulator, http: aiohttp.ClientSession) -> None:
+async def test_builds_list_unknown_template_404(
+    clocked_emulator: Emulator, raw_http: aiohttp.ClientSession
+) -> None:
     """List Builds of an unknown template: 404 Resource.NotFound."""
-    async with http.get(
-        builds_url(emu, "tpl-x"), headers={"Authorization": f"Bearer {emu.api_key}"}
+    async with raw_http.get(
+        builds_url(clocked_emulator, "tpl-x"),
+        headers={"Authorization": f"Bearer {clocked_emulator.api_key}"},
     ) as r:
         await v2_error(r, 404, "Resource.NotFound")
 
@@ -383,13 +421,13 @@ async def _finished_build(emu: Emulator, http: aiohttp.ClientSession, clock: Man
 
 
 async def test_logs_page_shape(
-    emu: Emulator, http: aiohttp.ClientSession, clock: ManualClock
+    clocked_emulator: Emulator, raw_http: aiohttp.ClientSession, manual_clock: ManualClock
 ) -> None:
     """Logs: {request_id, data: {entries: [{offset, level, message, timestamp}], next_offset,
     has_more}}."""
-    url = await _finished_build(emu, http, clock)
-    headers = {"Authorization": f"Bearer {emu.api_key}"}
-    async with http.get(url, params={"limit": "3"}, headers=headers) as response:
+    url = await _finished_build(clocked_emulator, raw_http, manual_clock)
+    headers = {"Authorization": f"Bearer {clocked_emulator.api_key}"}
+    async with raw_http.get(url, params={"limit": "3"}, headers=headers) as response:
         assert response.status == 200
         body = await response.json()
     assert body["request_id"] == response.headers["X-Request-ID"]
@@ -401,13 +439,13 @@ async def test_logs_page_shape(
 
 
 async def test_logs_level_filter_offsets_over_filtered(
-    emu: Emulator, http: aiohttp.ClientSession, clock: ManualClock
+    clocked_emulator: Emulator, raw_http: aiohttp.ClientSession, manual_clock: ManualClock
 ) -> None:
     """Offsets are zero-based over the filtered collection; all four levels appear."""
-    url = await _finished_build(emu, http, clock)
-    headers = {"Authorization": f"Bearer {emu.api_key}"}
+    url = await _finished_build(clocked_emulator, raw_http, manual_clock)
+    headers = {"Authorization": f"Bearer {clocked_emulator.api_key}"}
     for level in ("debug", "info", "warn", "error"):
-        async with http.get(url, params={"level": level}, headers=headers) as response:
+        async with raw_http.get(url, params={"level": level}, headers=headers) as response:
             page = (await response.json())["data"]
         assert page["entries"], level
         assert {e["level"] for e in page["entries"]} == {level}
@@ -427,20 +465,29 @@ async def test_logs_level_filter_offsets_over_filtered(
     ],
 )
 async def test_logs_bad_query_400(
-    emu: Emulator, http: aiohttp.ClientSession, clock: ManualClock, query: dict[str, str]
+    clocked_emulator: Emulator,
+    raw_http: aiohttp.ClientSession,
+    manual_clock: ManualClock,
+    query: dict[str, str],
 ) -> None:
     """Log query rules: offset >= 0, limit 1-100, level one of the four: else 400."""
-    url = await _finished_build(emu, http, clock)
-    async with http.get(url, params=query, headers={"Authorization": f"Bearer {emu.api_key}"}) as r:
+    url = await _finished_build(clocked_emulator, raw_http, manual_clock)
+    async with raw_http.get(
+        url, params=query, headers={"Authorization": f"Bearer {clocked_emulator.api_key}"}
+    ) as r:
         await v2_error(r, 400, "Parameter.Invalid")
 
 
-async def test_logs_unknown_build_404(emu: Emulator, http: aiohttp.ClientSession) -> None:
+async def test_logs_unknown_build_404(
+    clocked_emulator: Emulator, raw_http: aiohttp.ClientSession
+) -> None:
     """Logs of an unknown build: 404 Resource.NotFound."""
-    async with await create_template(http, emu) as response:
+    async with await create_template(raw_http, clocked_emulator) as response:
         data = await created(response)
-    url = f"{builds_url(emu, data['id'])}/bld-none/logs"
-    async with http.get(url, headers={"Authorization": f"Bearer {emu.api_key}"}) as response:
+    url = f"{builds_url(clocked_emulator, data['id'])}/bld-none/logs"
+    async with raw_http.get(
+        url, headers={"Authorization": f"Bearer {clocked_emulator.api_key}"}
+    ) as response:
         await v2_error(response, 404, "Resource.NotFound")
 
 
@@ -453,66 +500,89 @@ async def test_logs_unknown_build_404(emu: Emulator, http: aiohttp.ClientSession
     [None, "Bearer", "Bearer wrong", "Basic abc", "sk-emu", "{key}", "Basic {key}", "Token {key}"],
 )
 async def test_v2_requires_bearer_401(
-    emu: Emulator, http: aiohttp.ClientSession, authorization: str | None
+    clocked_emulator: Emulator, raw_http: aiohttp.ClientSession, authorization: str | None
 ) -> None:
     """Control plane v2 requires Authorization: Bearer: otherwise 401 Auth.Unauthorized."""
-    headers = {"Authorization": authorization.format(key=emu.api_key)} if authorization else {}
-    async with http.get(f"{emu.base_url}/api/v2/products", headers=headers) as response:
+    headers = (
+        {"Authorization": authorization.format(key=clocked_emulator.api_key)}
+        if authorization
+        else {}
+    )
+    async with raw_http.get(
+        f"{clocked_emulator.base_url}/api/v2/products", headers=headers
+    ) as response:
         await v2_error(response, 401, "Auth.Unauthorized")
 
 
-async def test_builds_list_quota_error_body(emu: Emulator, http: aiohttp.ClientSession) -> None:
+async def test_builds_list_quota_error_body(
+    clocked_emulator: Emulator, raw_http: aiohttp.ClientSession
+) -> None:
     """The quota error defined for list Builds carries details (shown via the fault plan)."""
-    emu.faults.script("builds.list", Fault.status(403))
-    headers = {"Authorization": f"Bearer {emu.api_key}"}
-    async with http.get(builds_url(emu, "tpl-x"), headers=headers) as response:
+    clocked_emulator.faults.script("builds.list", Fault.status(403))
+    headers = {"Authorization": f"Bearer {clocked_emulator.api_key}"}
+    async with raw_http.get(builds_url(clocked_emulator, "tpl-x"), headers=headers) as response:
         body = await v2_error(response, 403, "Resource.QuotaExceeded")
     assert isinstance(body["details"], dict)
 
 
-async def test_internal_error_500(emu: Emulator, http: aiohttp.ClientSession) -> None:
+async def test_internal_error_500(
+    clocked_emulator: Emulator, raw_http: aiohttp.ClientSession
+) -> None:
     """Internal.ServerError is a 5xx v2 error body (shown via the fault plan)."""
-    emu.faults.script("builds.list", Fault.status(500))
-    async with http.get(
-        builds_url(emu, "tpl-x"), headers={"Authorization": f"Bearer {emu.api_key}"}
+    clocked_emulator.faults.script("builds.list", Fault.status(500))
+    async with raw_http.get(
+        builds_url(clocked_emulator, "tpl-x"),
+        headers={"Authorization": f"Bearer {clocked_emulator.api_key}"},
     ) as r:
         await v2_error(r, 500, "Internal.ServerError")
 
 
-async def test_products_and_unknown_path(emu: Emulator, http: aiohttp.ClientSession) -> None:
+async def test_products_and_unknown_path(
+    clocked_emulator: Emulator, raw_http: aiohttp.ClientSession
+) -> None:
     """GET /api/v2/products lists SKUs; an unknown v2 path is 404 Resource.NotFound."""
-    headers = {"Authorization": f"Bearer {emu.api_key}"}
-    async with http.get(f"{emu.base_url}/api/v2/products", headers=headers) as response:
+    headers = {"Authorization": f"Bearer {clocked_emulator.api_key}"}
+    async with raw_http.get(
+        f"{clocked_emulator.base_url}/api/v2/products", headers=headers
+    ) as response:
         body = await response.json()
         assert body["request_id"] == response.headers["X-Request-ID"]
     assert "sku-small" in [p["product"] for p in body["data"]]
-    async with http.get(f"{emu.base_url}/api/v2/nothing", headers=headers) as response:
+    async with raw_http.get(
+        f"{clocked_emulator.base_url}/api/v2/nothing", headers=headers
+    ) as response:
         await v2_error(response, 404, "Resource.NotFound")
-    async with http.delete(f"{emu.base_url}/api/v2/products", headers=headers) as response:
+    async with raw_http.delete(
+        f"{clocked_emulator.base_url}/api/v2/products", headers=headers
+    ) as response:
         await v2_error(response, 405, "Parameter.Invalid")
 
 
 async def test_failed_build_leaves_template(
-    emu: Emulator, http: aiohttp.ClientSession, clock: ManualClock
+    clocked_emulator: Emulator, raw_http: aiohttp.ClientSession, manual_clock: ManualClock
 ) -> None:
     """A failed initial Build has failure {code, message}; the Template remains and can rebuild."""
-    emu.fail_next_build("TemplateBuild.OutOfMemory", "out of memory at step 2")
-    async with await create_template(http, emu, build={}) as response:
+    clocked_emulator.fail_next_build("TemplateBuild.OutOfMemory", "out of memory at step 2")
+    async with await create_template(raw_http, clocked_emulator, build={}) as response:
         data = await created(response)
-    clock.advance(2)
-    build = (await list_builds(http, emu, data["id"]))["items"][0]
+    manual_clock.advance(2)
+    build = (await list_builds(raw_http, clocked_emulator, data["id"]))["items"][0]
     assert build["status"] == "failed"
     assert build["failure"] == {
         "code": "TemplateBuild.OutOfMemory",
         "message": "out of memory at step 2",
     }
     assert "finished_at" in build
-    (rebuild,) = emu.add_builds(data["id"], 1)
-    url = f"{builds_url(emu, data['id'])}/{rebuild}"
-    async with http.post(url, headers={"Authorization": f"Bearer {emu.api_key}"}) as response:
+    (rebuild,) = clocked_emulator.add_builds(data["id"], 1)
+    url = f"{builds_url(clocked_emulator, data['id'])}/{rebuild}"
+    async with raw_http.post(
+        url, headers={"Authorization": f"Bearer {clocked_emulator.api_key}"}
+    ) as response:
         assert response.status == 200
-    clock.advance(2)
-    assert (await list_builds(http, emu, data["id"]))["items"][0]["status"] == "ready"
+    manual_clock.advance(2)
+    assert (await list_builds(raw_http, clocked_emulator, data["id"]))["items"][0][
+        "status"
+    ] == "ready"
 
 
 async def test_idc_options_are_per_emulator() -> None:

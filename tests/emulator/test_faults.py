@@ -9,7 +9,7 @@ import pytest
 
 from sandboxkit.emulator import Emulator, Fault, FaultPlan
 
-from .conftest import Box, data_error, idcs, new_box, upload, v2_error
+from .support import Box, data_error, idcs, new_box, upload, v2_error
 
 CONTENT = b"0123456789" * 1000
 
@@ -24,61 +24,75 @@ async def fetch(http: aiohttp.ClientSession, box: Box) -> tuple[int, bytes]:
 
 
 async def test_scripted_faults_in_order_then_normal(
-    emu: Emulator, http: aiohttp.ClientSession, box: Box
+    clocked_emulator: Emulator, raw_http: aiohttp.ClientSession, wire_box: Box
 ) -> None:
     """script() gives the next answers of a route these faults, in order, then normal ones."""
-    put(emu, box)
-    emu.faults.script("files.download", Fault.status(429, retry_after="0"), Fault.status(502))
-    async with http.get(box.files, params={"path": "/tmp/f"}, headers=box.auth) as response:
+    put(clocked_emulator, wire_box)
+    clocked_emulator.faults.script(
+        "files.download", Fault.status(429, retry_after="0"), Fault.status(502)
+    )
+    async with raw_http.get(
+        wire_box.files, params={"path": "/tmp/f"}, headers=wire_box.auth
+    ) as response:
         await data_error(response, 429)
         assert response.headers["Retry-After"] == "0"
-    async with http.get(box.files, params={"path": "/tmp/f"}, headers=box.auth) as response:
+    async with raw_http.get(
+        wire_box.files, params={"path": "/tmp/f"}, headers=wire_box.auth
+    ) as response:
         await data_error(response, 502)
         assert "Retry-After" not in response.headers
-    assert await fetch(http, box) == (200, CONTENT)
-    assert emu.faults.injected == {"429": 1, "502": 1}
-    assert emu.faults.pending("files.download") == 0
+    assert await fetch(raw_http, wire_box) == (200, CONTENT)
+    assert clocked_emulator.faults.injected == {"429": 1, "502": 1}
+    assert clocked_emulator.faults.pending("files.download") == 0
 
 
 async def test_faults_only_hit_their_route(
-    emu: Emulator, http: aiohttp.ClientSession, box: Box
+    clocked_emulator: Emulator, raw_http: aiohttp.ClientSession, wire_box: Box
 ) -> None:
     """A scripted fault waits for its own route; other routes answer normally."""
-    put(emu, box)
-    emu.faults.script("files.upload", Fault.status(503))
-    assert await fetch(http, box) == (200, CONTENT)
-    async with await upload(http, box, "/tmp/g", b"x") as response:
+    put(clocked_emulator, wire_box)
+    clocked_emulator.faults.script("files.upload", Fault.status(503))
+    assert await fetch(raw_http, wire_box) == (200, CONTENT)
+    async with await upload(raw_http, wire_box, "/tmp/g", b"x") as response:
         await data_error(response, 503)
 
 
 async def test_fault_applies_after_authentication(
-    emu: Emulator, http: aiohttp.ClientSession, box: Box
+    clocked_emulator: Emulator, raw_http: aiohttp.ClientSession, wire_box: Box
 ) -> None:
     """An unauthenticated request gets 401 and does not consume the fault."""
-    emu.faults.script("files.download", Fault.status(503))
-    async with http.get(box.files, params={"path": "/tmp/f"}) as response:
+    clocked_emulator.faults.script("files.download", Fault.status(503))
+    async with raw_http.get(wire_box.files, params={"path": "/tmp/f"}) as response:
         await data_error(response, 401)
-    assert emu.faults.pending("files.download") == 1
-    assert emu.journal[-1].status == 401 and emu.journal[-1].fault is None
+    assert clocked_emulator.faults.pending("files.download") == 1
+    assert clocked_emulator.journal[-1].status == 401 and clocked_emulator.journal[-1].fault is None
 
 
-async def test_v2_status_fault_has_v2_body(emu: Emulator, http: aiohttp.ClientSession) -> None:
+async def test_v2_status_fault_has_v2_body(
+    clocked_emulator: Emulator, raw_http: aiohttp.ClientSession
+) -> None:
     """A status fault on the console renders the v2 error body with X-Request-ID."""
-    emu.faults.script("v2.products", Fault.status(429, retry_after="1"), Fault.status(503))
-    headers = {"Authorization": f"Bearer {emu.api_key}"}
-    async with http.get(f"{emu.base_url}/api/v2/products", headers=headers) as response:
+    clocked_emulator.faults.script(
+        "v2.products", Fault.status(429, retry_after="1"), Fault.status(503)
+    )
+    headers = {"Authorization": f"Bearer {clocked_emulator.api_key}"}
+    async with raw_http.get(
+        f"{clocked_emulator.base_url}/api/v2/products", headers=headers
+    ) as response:
         await v2_error(response, 429, "Request.Throttled")
         assert response.headers["Retry-After"] == "1"
-    async with http.get(f"{emu.base_url}/api/v2/products", headers=headers) as response:
+    async with raw_http.get(
+        f"{clocked_emulator.base_url}/api/v2/products", headers=headers
+    ) as response:
         await v2_error(response, 503, "Internal.ServerError")
 
 
 async def test_status_fault_with_body_override(
-    emu: Emulator, http: aiohttp.ClientSession, box: Box
+    clocked_emulator: Emulator, raw_http: aiohttp.ClientSession, wire_box: Box
 ) -> None:
     """Fault.status(body=...) sends those bytes verbatim."""
-    emu.faults.script("files.download", Fault.status(500, body=b"<html>oops</html>"))
-    assert await fetch(http, box) == (500, b"<html>oops</html>")
+    clocked_emulator.faults.script("files.download", Fault.status(500, body=b"<html>oops</html>"))
+    assert await fetch(raw_http, wire_box) == (500, b"<html>oops</html>")
 
 
 @pytest.mark.parametrize(
@@ -91,107 +105,125 @@ async def test_status_fault_with_body_override(
     ],
 )
 async def test_garbage_answers(
-    emu: Emulator, http: aiohttp.ClientSession, status: int, body: bytes, content_type: str
+    clocked_emulator: Emulator,
+    raw_http: aiohttp.ClientSession,
+    status: int,
+    body: bytes,
+    content_type: str,
 ) -> None:
     """Fault.garbage sends an arbitrary raw answer (malformed JSON, empty, wrong shape)."""
-    emu.faults.script("v2.products", Fault.garbage(status, body, content_type))
-    headers = {"Authorization": f"Bearer {emu.api_key}"}
-    async with http.get(f"{emu.base_url}/api/v2/products", headers=headers) as response:
+    clocked_emulator.faults.script("v2.products", Fault.garbage(status, body, content_type))
+    headers = {"Authorization": f"Bearer {clocked_emulator.api_key}"}
+    async with raw_http.get(
+        f"{clocked_emulator.base_url}/api/v2/products", headers=headers
+    ) as response:
         assert response.status == status
         assert response.headers["Content-Type"] == content_type
         assert await response.read() == body
-    assert emu.faults.injected == {"garbage": 1}
+    assert clocked_emulator.faults.injected == {"garbage": 1}
 
 
 async def test_cut_after_bytes_breaks_the_body(
-    emu: Emulator, http: aiohttp.ClientSession, box: Box
+    clocked_emulator: Emulator, raw_http: aiohttp.ClientSession, wire_box: Box
 ) -> None:
     """Fault.cut sends headers and N body bytes, then closes: the client sees a broken body."""
-    put(emu, box)
-    emu.faults.script("files.download", Fault.cut(after_bytes=4096))
+    put(clocked_emulator, wire_box)
+    clocked_emulator.faults.script("files.download", Fault.cut(after_bytes=4096))
     received = b""
-    async with http.get(box.files, params={"path": "/tmp/f"}, headers=box.auth) as response:
+    async with raw_http.get(
+        wire_box.files, params={"path": "/tmp/f"}, headers=wire_box.auth
+    ) as response:
         assert response.status == 200
         assert response.headers["Content-Length"] == str(len(CONTENT))
         with pytest.raises(aiohttp.ClientPayloadError):
             async for chunk in response.content.iter_any():
                 received += chunk
     assert received == CONTENT[:4096]
-    assert await fetch(http, box) == (200, CONTENT)
-    assert emu.journal_for("files.download")[0].fault == "cut"
+    assert await fetch(raw_http, wire_box) == (200, CONTENT)
+    assert clocked_emulator.journal_for("files.download")[0].fault == "cut"
 
 
 async def test_cut_beyond_body_sends_everything(
-    emu: Emulator, http: aiohttp.ClientSession, box: Box
+    clocked_emulator: Emulator, raw_http: aiohttp.ClientSession, wire_box: Box
 ) -> None:
     """A cut after more bytes than the body holds sends the whole body."""
-    put(emu, box, b"short")
-    emu.faults.script("files.download", Fault.cut(after_bytes=1000))
-    assert await fetch(http, box) == (200, b"short")
+    put(clocked_emulator, wire_box, b"short")
+    clocked_emulator.faults.script("files.download", Fault.cut(after_bytes=1000))
+    assert await fetch(raw_http, wire_box) == (200, b"short")
 
 
-async def test_cut_json_answer(emu: Emulator, http: aiohttp.ClientSession) -> None:
+async def test_cut_json_answer(clocked_emulator: Emulator, raw_http: aiohttp.ClientSession) -> None:
     """A cut also breaks a JSON answer of the console mid-body."""
-    emu.faults.script("v2.products", Fault.cut(after_bytes=10))
-    headers = {"Authorization": f"Bearer {emu.api_key}"}
-    async with http.get(f"{emu.base_url}/api/v2/products", headers=headers) as response:
+    clocked_emulator.faults.script("v2.products", Fault.cut(after_bytes=10))
+    headers = {"Authorization": f"Bearer {clocked_emulator.api_key}"}
+    async with raw_http.get(
+        f"{clocked_emulator.base_url}/api/v2/products", headers=headers
+    ) as response:
         assert response.status == 200
         with pytest.raises(aiohttp.ClientPayloadError):
             await response.read()
 
 
-async def test_cut_chunked_download(emu: Emulator, http: aiohttp.ClientSession) -> None:
+async def test_cut_chunked_download(
+    clocked_emulator: Emulator, raw_http: aiohttp.ClientSession
+) -> None:
     """A cut of a chunked download breaks the chunked framing."""
-    box = await new_box(emu, "ap-chunked")
-    put(emu, box)
-    emu.faults.script("files.download", Fault.cut(after_bytes=100))
-    async with http.get(box.files, params={"path": "/tmp/f"}, headers=box.auth) as response:
+    box = await new_box(clocked_emulator, "ap-chunked")
+    put(clocked_emulator, box)
+    clocked_emulator.faults.script("files.download", Fault.cut(after_bytes=100))
+    async with raw_http.get(box.files, params={"path": "/tmp/f"}, headers=box.auth) as response:
         with pytest.raises(aiohttp.ClientPayloadError):
             await response.read()
 
 
-async def test_cut_before_headers(emu: Emulator, http: aiohttp.ClientSession, box: Box) -> None:
+async def test_cut_before_headers(
+    clocked_emulator: Emulator, raw_http: aiohttp.ClientSession, wire_box: Box
+) -> None:
     """cut_before_headers reads the request and closes without any response."""
-    put(emu, box)
+    put(clocked_emulator, wire_box)
     # aiohttp itself retries an idempotent request once after such a disconnect: cut twice.
-    emu.faults.script("files.download", Fault.cut_before_headers(), Fault.cut_before_headers())
+    clocked_emulator.faults.script(
+        "files.download", Fault.cut_before_headers(), Fault.cut_before_headers()
+    )
     with pytest.raises(aiohttp.ServerDisconnectedError):
-        await fetch(http, box)
-    assert await fetch(http, box) == (200, CONTENT)
-    statuses = [(r.status, r.fault) for r in emu.journal_for("files.download")]
+        await fetch(raw_http, wire_box)
+    assert await fetch(raw_http, wire_box) == (200, CONTENT)
+    statuses = [(r.status, r.fault) for r in clocked_emulator.journal_for("files.download")]
     assert statuses == [(None, "cut_before_headers")] * 2 + [(200, None)]
 
 
-async def test_cut_before_headers_on_upload_reads_body(emu: Emulator, box: Box) -> None:
+async def test_cut_before_headers_on_upload_reads_body(
+    clocked_emulator: Emulator, wire_box: Box
+) -> None:
     """An upload cut before headers still has its body read (and counted), and writes nothing."""
-    emu.faults.script("files.upload", Fault.cut_before_headers())
-    connector = aiohttp.TCPConnector(resolver=emu.resolver, force_close=True)
+    clocked_emulator.faults.script("files.upload", Fault.cut_before_headers())
+    connector = aiohttp.TCPConnector(resolver=clocked_emulator.resolver, force_close=True)
     async with aiohttp.ClientSession(connector=connector) as http:
         with pytest.raises(aiohttp.ServerDisconnectedError):
-            async with await upload(http, box, "/tmp/u", b"z" * 5000):
+            async with await upload(http, wire_box, "/tmp/u", b"z" * 5000):
                 pass
-    assert emu.journal_for("files.upload")[0].body_size > 5000
-    assert not (emu.sandbox_root(box.key) / "tmp/u").exists()
+    assert clocked_emulator.journal_for("files.upload")[0].body_size > 5000
+    assert not (clocked_emulator.sandbox_root(wire_box.key) / "tmp/u").exists()
 
 
 async def test_delay_then_normal_answer(
-    emu: Emulator, http: aiohttp.ClientSession, box: Box
+    clocked_emulator: Emulator, raw_http: aiohttp.ClientSession, wire_box: Box
 ) -> None:
     """Fault.delay waits, then answers normally (a short client timeout notices it)."""
-    put(emu, box)
-    emu.faults.script("files.download", Fault.delay(0.3))
+    put(clocked_emulator, wire_box)
+    clocked_emulator.faults.script("files.download", Fault.delay(0.3))
     with pytest.raises(TimeoutError):
-        async with http.get(
-            box.files,
+        async with raw_http.get(
+            wire_box.files,
             params={"path": "/tmp/f"},
-            headers=box.auth,
+            headers=wire_box.auth,
             timeout=aiohttp.ClientTimeout(total=0.05),
         ):
             pass
-    assert emu.faults.injected == {"delay": 1}
-    emu.faults.script("files.download", Fault.delay(0.01))
-    assert await fetch(http, box) == (200, CONTENT)  # waited out, the answer is the file
-    assert emu.faults.injected == {"delay": 2}
+    assert clocked_emulator.faults.injected == {"delay": 1}
+    clocked_emulator.faults.script("files.download", Fault.delay(0.01))
+    assert await fetch(raw_http, wire_box) == (200, CONTENT)  # waited out, the answer is the file
+    assert clocked_emulator.faults.injected == {"delay": 2}
 
 
 async def _random_sequence(seed: int) -> list[tuple[int | None, str | None]]:
@@ -219,20 +251,24 @@ async def test_random_faults_same_seed_same_sequence() -> None:
 
 
 async def test_random_429_carries_retry_after_and_scripts_win(
-    emu: Emulator, http: aiohttp.ClientSession, box: Box
+    clocked_emulator: Emulator, raw_http: aiohttp.ClientSession, wire_box: Box
 ) -> None:
     """Random 429s carry Retry-After: 0; scripted faults take precedence over random ones."""
-    put(emu, box)
-    emu.faults.random(seed=1, rates={"429": 1.0})
-    emu.faults.script("files.download", Fault.status(503))
-    async with http.get(box.files, params={"path": "/tmp/f"}, headers=box.auth) as response:
+    put(clocked_emulator, wire_box)
+    clocked_emulator.faults.random(seed=1, rates={"429": 1.0})
+    clocked_emulator.faults.script("files.download", Fault.status(503))
+    async with raw_http.get(
+        wire_box.files, params={"path": "/tmp/f"}, headers=wire_box.auth
+    ) as response:
         await data_error(response, 503)
-    async with http.get(box.files, params={"path": "/tmp/f"}, headers=box.auth) as response:
+    async with raw_http.get(
+        wire_box.files, params={"path": "/tmp/f"}, headers=wire_box.auth
+    ) as response:
         await data_error(response, 429)
         assert response.headers["Retry-After"] == "0"
-    emu.faults.clear()
-    assert emu.faults.injected == {}
-    assert await fetch(http, box) == (200, CONTENT)
+    clocked_emulator.faults.clear()
+    assert clocked_emulator.faults.injected == {}
+    assert await fetch(raw_http, wire_box) == (200, CONTENT)
 
 
 def test_fault_plan_rejects_bad_rates() -> None:

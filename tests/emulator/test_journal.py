@@ -8,23 +8,27 @@ import pytest
 
 from sandboxkit.emulator import Emulator, Fault, RecordedRequest
 
-from .conftest import Box, upload
+from .support import Box, upload
 
 
-async def test_console_request_recorded(emu: Emulator, http: aiohttp.ClientSession) -> None:
+async def test_console_request_recorded(
+    clocked_emulator: Emulator, raw_http: aiohttp.ClientSession
+) -> None:
     """A console request is recorded with its method, host, path, query, headers, route, status."""
-    url = f"{emu.base_url}/api/v2/templates/tpl-x/builds"
-    headers = {"Authorization": f"Bearer {emu.api_key}", "X-Custom": "yes"}
-    async with http.get(url, params={"page": "2", "page_size": "5"}, headers=headers) as response:
+    url = f"{clocked_emulator.base_url}/api/v2/templates/tpl-x/builds"
+    headers = {"Authorization": f"Bearer {clocked_emulator.api_key}", "X-Custom": "yes"}
+    async with raw_http.get(
+        url, params={"page": "2", "page_size": "5"}, headers=headers
+    ) as response:
         await response.read()
-    (record,) = emu.journal
+    (record,) = clocked_emulator.journal
     assert record.server == "console"
     assert (record.method, record.path, record.route) == (
         "GET",
         "/api/v2/templates/tpl-x/builds",
         "builds.list",
     )
-    assert record.host == emu.base_url.removeprefix("http://")
+    assert record.host == clocked_emulator.base_url.removeprefix("http://")
     assert record.query == {"page": "2", "page_size": "5"}
     assert record.headers["x-custom"] == "yes" and record.headers["X-CUSTOM"] == "yes"
     assert record.sandbox_key is None
@@ -33,49 +37,57 @@ async def test_console_request_recorded(emu: Emulator, http: aiohttp.ClientSessi
 
 
 async def test_data_request_recorded_with_streamed_body_size(
-    emu: Emulator, http: aiohttp.ClientSession, box: Box
+    clocked_emulator: Emulator, raw_http: aiohttp.ClientSession, wire_box: Box
 ) -> None:
     """A data-plane upload is recorded with its sandbox key, route and the bytes received."""
     content = b"x" * 300_000
-    async with await upload(http, box, "/tmp/in", content) as response:
+    async with await upload(raw_http, wire_box, "/tmp/in", content) as response:
         assert response.status == 200
-    (record,) = emu.journal_for("files.upload")
-    assert (record.server, record.method, record.sandbox_key) == ("data", "POST", box.key)
-    assert record.host == f"{box.key}.{box.domain}"
+    (record,) = clocked_emulator.journal_for("files.upload")
+    assert (record.server, record.method, record.sandbox_key) == ("data", "POST", wire_box.key)
+    assert record.host == f"{wire_box.key}.{wire_box.domain}"
     assert record.query == {"path": "/tmp/in"}
-    assert record.headers["X-Access-Token"] == box.token
+    assert record.headers["X-Access-Token"] == wire_box.token
     assert record.status == 200
     assert len(content) < record.body_size < len(content) + 500
     assert record.request_id is None
 
 
 async def test_journal_order_filter_and_clear(
-    emu: Emulator, http: aiohttp.ClientSession, box: Box
+    clocked_emulator: Emulator, raw_http: aiohttp.ClientSession, wire_box: Box
 ) -> None:
     """Entries are in arrival order; journal_for filters by route; journal.clear() empties it."""
-    emu.faults.script("files.download", Fault.status(429))
+    clocked_emulator.faults.script("files.download", Fault.status(429))
     for path in ("/tmp/a", "/tmp/b"):
-        async with http.get(box.files, params={"path": path}, headers=box.auth) as response:
+        async with raw_http.get(
+            wire_box.files, params={"path": path}, headers=wire_box.auth
+        ) as response:
             await response.read()
-    async with http.get(f"{emu.base_url}/api/v1/images") as response:
+    async with raw_http.get(f"{clocked_emulator.base_url}/api/v1/images") as response:
         await response.read()
-    assert [r.route for r in emu.journal] == ["files.download", "files.download", "v1.images.list"]
-    assert [(r.status, r.fault) for r in emu.journal_for("files.download")] == [
+    assert [r.route for r in clocked_emulator.journal] == [
+        "files.download",
+        "files.download",
+        "v1.images.list",
+    ]
+    assert [(r.status, r.fault) for r in clocked_emulator.journal_for("files.download")] == [
         (429, "429"),
         (404, None),
     ]
-    assert emu.journal[2].status == 401
-    emu.journal.clear()
-    assert emu.journal == [] and emu.journal_for("files.download") == []
+    assert clocked_emulator.journal[2].status == 401
+    clocked_emulator.journal.clear()
+    assert clocked_emulator.journal == [] and clocked_emulator.journal_for("files.download") == []
 
 
 async def test_unmatched_route_recorded_as_none(
-    emu: Emulator, http: aiohttp.ClientSession, box: Box
+    clocked_emulator: Emulator, raw_http: aiohttp.ClientSession, wire_box: Box
 ) -> None:
     """A request that matches no route is recorded with route None."""
-    async with http.get(box.files.replace("/files", "/other"), headers=box.auth) as response:
+    async with raw_http.get(
+        wire_box.files.replace("/files", "/other"), headers=wire_box.auth
+    ) as response:
         await response.read()
-    assert emu.journal[0].route is None and emu.journal[0].status == 404
+    assert clocked_emulator.journal[0].route is None and clocked_emulator.journal[0].status == 404
 
 
 def test_recorded_request_is_frozen() -> None:

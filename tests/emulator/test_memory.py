@@ -13,7 +13,7 @@ import pytest
 
 from sandboxkit.emulator import Emulator
 
-from .conftest import BOUNDARY, MULTIPART_TYPE, Box
+from .support import BOUNDARY, MULTIPART_TYPE, Box
 
 MIB = 2**20
 STATUS = Path("/proc/self/status")
@@ -74,20 +74,20 @@ async def stream_file(size: int, peak: Peak, digest: hashlib._Hash) -> AsyncIter
     ids=["256MiB", "1GiB"],
 )
 async def test_big_upload_and_download_keep_rss_flat(
-    emu: Emulator, http: aiohttp.ClientSession, box: Box, size: int
+    clocked_emulator: Emulator, raw_http: aiohttp.ClientSession, wire_box: Box, size: int
 ) -> None:
     """Uploading then downloading a big file grows RSS by less than 64 MiB (client and server)."""
     peak = Peak()
     sent = hashlib.sha256()
-    headers = {**box.auth, "Content-Type": MULTIPART_TYPE}
+    headers = {**wire_box.auth, "Content-Type": MULTIPART_TYPE}
     body = stream_file(size, peak, sent)
     params = {"path": "/tmp/big.bin"}
-    async with http.post(box.files, params=params, data=body, headers=headers) as response:
+    async with raw_http.post(wire_box.files, params=params, data=body, headers=headers) as response:
         assert response.status == 200, await response.text()
-    assert (emu.sandbox_root(box.key) / "tmp/big.bin").stat().st_size == size
+    assert (clocked_emulator.sandbox_root(wire_box.key) / "tmp/big.bin").stat().st_size == size
     received = hashlib.sha256()
     count = 0
-    async with http.get(box.files, params=params, headers=box.auth) as response:
+    async with raw_http.get(wire_box.files, params=params, headers=wire_box.auth) as response:
         assert response.headers["Content-Length"] == str(size)
         async for chunk in response.content.iter_chunked(256 * 1024):
             received.update(chunk)

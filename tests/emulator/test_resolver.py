@@ -27,11 +27,11 @@ async def test_other_names_never_resolve(host: str) -> None:
 
 
 async def test_session_with_resolver_cannot_reach_outside(
-    emu: Emulator, http: aiohttp.ClientSession
+    clocked_emulator: Emulator, raw_http: aiohttp.ClientSession
 ) -> None:
     """A session using emu.resolver fails to connect to an outside name, refused by the
     resolver itself (not by a lookup or a connection that happened to fail)."""
     with pytest.raises(aiohttp.ClientConnectorError) as caught:
-        async with http.get("http://example.invalid/"):
+        async with raw_http.get("http://example.invalid/"):
             pass
     assert "emulator resolver does not resolve" in str(caught.value.os_error)

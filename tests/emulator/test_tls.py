@@ -2,26 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import aiohttp
 import pytest
-import trustme
 
 from sandboxkit.emulator import Emulator
 
-from .conftest import idcs, new_box
+from .support import new_box
 
 
-@pytest.fixture
-async def tls_emu() -> AsyncIterator[Emulator]:
-    async with Emulator(idcs=idcs(), ca=trustme.CA()) as emu:
-        yield emu
-
-
-async def test_https_data_plane_by_hostname(tls_emu: Emulator) -> None:
+async def test_https_data_plane_by_hostname(tls_emulator: Emulator) -> None:
     """An https data-plane request by host name, through emu.resolver and emu.ssl_context, works."""
-    emu = tls_emu
+    emu = tls_emulator
     assert emu.data_plane_scheme == "https" and emu.base_url.startswith("https://127.0.0.1:")
     box = await new_box(emu)
     (emu.sandbox_root(box.key) / "tmp/f").write_bytes(b"secure")
@@ -36,9 +27,9 @@ async def test_https_data_plane_by_hostname(tls_emu: Emulator) -> None:
             assert response.status == 200
 
 
-async def test_https_without_trust_fails(tls_emu: Emulator) -> None:
+async def test_https_without_trust_fails(tls_emulator: Emulator) -> None:
     """Without trusting the CA the certificate is rejected."""
-    emu = tls_emu
+    emu = tls_emulator
     box = await new_box(emu)
     url = f"https://{box.key}.{emu.domain}/files"
     connector = aiohttp.TCPConnector(resolver=emu.resolver)
@@ -48,7 +39,9 @@ async def test_https_without_trust_fails(tls_emu: Emulator) -> None:
                 pass
 
 
-async def test_plain_http_has_no_ssl_context(emu: Emulator) -> None:
+async def test_plain_http_has_no_ssl_context(clocked_emulator: Emulator) -> None:
     """Without a CA the emulator speaks plain HTTP and offers no SSL context."""
-    assert emu.ssl_context is None
-    assert emu.data_plane_scheme == "http" and emu.base_url.startswith("http://")
+    assert clocked_emulator.ssl_context is None
+    assert clocked_emulator.data_plane_scheme == "http" and clocked_emulator.base_url.startswith(
+        "http://"
+    )

@@ -1,15 +1,13 @@
-"""Fixtures and helpers shared by the file-transfer tests (this module holds no tests)."""
+"""Helpers shared by the file-transfer tests: IDCs, a sandbox with its directory, payloads."""
 
 from __future__ import annotations
 
 import hashlib
 import os
 import random
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import attrs
-import pytest
 
 import sandboxkit
 from sandboxkit.emulator import Emulator, Idc
@@ -74,23 +72,3 @@ def sha(data: bytes) -> str:
 def dir_listing(path: Path) -> list[str]:
     """Sorted names in a directory (temporary files included)."""
     return sorted(os.listdir(path))
-
-
-@pytest.fixture
-async def emu() -> AsyncIterator[Emulator]:
-    """A plain-HTTP emulator with the three IDCs."""
-    async with Emulator(idcs=idcs(), default_idc=RESUME) as running:
-        yield running
-
-
-@pytest.fixture
-async def client(emu: Emulator) -> AsyncIterator[sandboxkit.Client]:
-    """A client wired to the emulator, retrying without delay."""
-    async with emu.client(retry=sandboxkit.RetryPolicy.no_delay(max_attempts=5)) as c:
-        yield c
-
-
-@pytest.fixture
-async def box(emu: Emulator, client: sandboxkit.Client) -> Box:
-    """One sandbox on the resume IDC."""
-    return await new_box(emu, client)
