@@ -28,6 +28,7 @@ import attrs
 from ._validation import check_remote_path
 from .errors import ValidationError
 from .models import DownloadResult, FileEntry
+from .resources._partial import clear_leftovers
 
 if TYPE_CHECKING:
     from .client import Client
@@ -83,11 +84,13 @@ class UploadJob:
 
 @attrs.frozen
 class JobOutcome(Generic[J, R]):
-    """What became of one job: exactly one of `result` and `error` is set."""
+    """What became of one job: `result` when it ran and succeeded, `error` when it failed,
+    neither when it was `skipped` (`skip_existing` found its destination already there)."""
 
     job: J
     result: R | None
     error: BaseException | None
+    skipped: bool = False
 
     @property
     def ok(self) -> bool:
@@ -101,8 +104,9 @@ class BatchSummary:
 
     Attributes:
         total: jobs in the batch.
-        done: jobs that succeeded.
+        done: jobs that succeeded (skipped ones not included).
         failed: jobs that failed.
+        skipped: jobs not run because their destination existed (`skip_existing`).
         bytes: bytes moved by the jobs that succeeded.
         attempts: requests made by the downloads that succeeded (None for uploads: the
             upload path does not report its attempts, and we do not guess).
@@ -119,6 +123,7 @@ class BatchSummary:
     retries: int | None
     resumes: int | None
     elapsed: float
+    skipped: int = 0
 
 
 @attrs.frozen
@@ -150,8 +155,15 @@ async def download_many(
     concurrency: int = 256,
     progress: Progress | None = None,
     checksum: bool = True,
+    skip_existing: bool = False,
+    resume: bool = True,
 ) -> BatchResult[DownloadJob, DownloadResult]:
     """Download every job's file, at most `concurrency` at a time.
+
+    Rerunning a batch that was killed continues it: with `skip_existing`, a job whose local
+    file exists is not fetched (downloads land whole or not at all, so an existing file is a
+    finished one), and a file a dead process left half-written continues from its partial
+    file with `Range` (see `files.download`).
 
     Args:
         client: the Client whose pools and retry policy every job shares.
@@ -160,6 +172,8 @@ async def download_many(
         progress: called in the event loop after each finished job; keep it quick, and do
             not let it raise (an exception from it stops the batch).
         checksum: compute each file's sha256 (see `files.download`).
+        skip_existing: report a job whose local file exists as skipped, sending nothing.
+        resume: continue partial files a dead process left (see `files.download`).
 
     Raises:
         ValidationError: a bad job (named by its index) or a bad `concurrency`; nothing was
@@ -167,16 +181,21 @@ async def download_many(
     """
     todo = _check_jobs(client, jobs, DownloadJob, concurrency)
 
-    async def run(sandbox: Sandbox, job: DownloadJob) -> DownloadResult:
-        return await sandbox.files.download(job.remote, job.local, checksum=checksum)
+    async def run(sandbox: Sandbox, job: DownloadJob) -> DownloadResult | None:
+        if skip_existing and await anyio.Path(job.local).exists():
+            clear_leftovers(job.local)  # a sidecar a kill after the rename left behind
+            return None  # skipped
+        return await sandbox.files.download(job.remote, job.local, checksum=checksum, resume=resume)
 
     outcomes, elapsed = await _run_all(todo, run, concurrency, progress)
     done = [o.result for o in outcomes if o.result is not None]
+    skipped = sum(o.skipped for o in outcomes)
     attempts = sum(r.attempts for r in done)
     summary = BatchSummary(
         total=len(outcomes),
         done=len(done),
-        failed=len(outcomes) - len(done),
+        failed=len(outcomes) - len(done) - skipped,
+        skipped=skipped,
         bytes=sum(r.size for r in done),
         attempts=attempts,
         retries=attempts - len(done),
@@ -289,7 +308,7 @@ def _check_local(job: DownloadJob | UploadJob, seen: dict[Path, int], index: int
 
 async def _run_all(
     todo: Sequence[tuple[Sandbox, J]],
-    run: Callable[[Sandbox, J], Awaitable[R]],
+    run: Callable[[Sandbox, J], Awaitable[R | None]],
     concurrency: int,
     progress: Progress | None,
 ) -> tuple[list[JobOutcome[J, R]], float]:
@@ -302,7 +321,8 @@ async def _run_all(
         nonlocal finished
         try:
             try:
-                outcome: JobOutcome[J, R] = JobOutcome(job, await run(sandbox, job), None)
+                result = await run(sandbox, job)  # None: skipped
+                outcome: JobOutcome[J, R] = JobOutcome(job, result, None, result is None)
             except Exception as exc:  # one job's failure is data; cancellation is not caught
                 outcome = JobOutcome(job, None, exc)
             outcomes[index] = outcome

@@ -146,6 +146,7 @@ def _merge(summaries: Sequence[batch.BatchSummary], elapsed: float) -> batch.Bat
         retries=total("retries"),
         resumes=total("resumes"),
         elapsed=elapsed,
+        skipped=sum(s.skipped for s in summaries),
     )
 
 

@@ -15,6 +15,7 @@ The tree::
     ├── ResponseDecodeError                     a 2xx whose body is not what the interface shows
     ├── PaginationError                         a server cursor that would loop forever
     ├── BuildFailedError                        a followed Build ended with `failure`
+    ├── DestinationLockedError                  another download is writing that file
     └── APIError                                an error status from the service
         ├── RedirectNotFollowedError        3xx: never followed, so no token goes elsewhere
         ├── BadRequestError                 400
@@ -59,6 +60,7 @@ __all__ = [
     "CertificateVerificationError",
     "ClientStateError",
     "ConflictError",
+    "DestinationLockedError",
     "GatewayTimeoutError",
     "HostNotFoundError",
     "IdempotencyKeyConsumedError",
@@ -315,6 +317,11 @@ class ServiceUnavailableError(InternalServerError):
 
 class GatewayTimeoutError(InternalServerError):
     """504: the service's gateway timed out."""
+
+
+class DestinationLockedError(SandboxKitError):
+    """Another download (in this process or another) is writing the same destination; its
+    partial file is locked. Nothing was sent."""
 
 
 class BuildFailedError(SandboxKitError):

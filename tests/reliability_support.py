@@ -83,8 +83,8 @@ def refused_port() -> int:
 
 
 def part_files(directory: Path) -> list[str]:
-    """Temporary download files (`.{name}.{random}.part`) left in `directory`."""
-    return sorted(name for name in os.listdir(directory) if name.endswith(".part"))
+    """Partial download files (`.{name}.part`) and their sidecars left in `directory`."""
+    return sorted(name for name in os.listdir(directory) if name.endswith((".part", ".part.json")))
 
 
 def exists(path: Path) -> bool:

@@ -320,7 +320,7 @@ async def _race_aclose(
             tg.start_soon(run, "builds", lambda: _all(client.templates.builds("t")))
             await stalled.wait("download:/a", "download:/b", "download:/c", "upload", "control")
             await streaming.wait()
-            assert len(part_files(tmp_path)) == 1
+            assert len(part_files(tmp_path)) == 2  # the part and its sidecar
             await client.aclose()
 
 

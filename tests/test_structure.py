@@ -25,7 +25,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("_bodies",),
     ("_transport",),
     ("_calls",),
-    ("resources._common", "resources._plane"),
+    ("resources._common", "resources._plane", "resources._partial"),
     ("resources._download", "resources._upload"),
     ("resources.files", "resources.templates", "resources.v1_infra", "resources.v1"),
     ("resources.sandbox", "resources.__init__", "resources"),

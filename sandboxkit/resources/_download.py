@@ -8,10 +8,8 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import os
-import secrets
 from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
 from typing import IO, Any, Protocol
@@ -28,6 +26,7 @@ from .._resume import Action, Decision, Mode, ResponseInfo, ResumeState
 from .._retry import TryAgain
 from ..errors import ResponseDecodeError, SandboxKitError, ValidationError
 from ..models import DownloadResult
+from ._partial import PartOf, open_part
 from ._plane import DataPlane, Progress
 
 __all__ = ["Request", "check_destination", "download_to_file", "fetch", "read_all", "stream_chunks"]
@@ -131,6 +130,24 @@ class _FileSink:
         if self._hash is not None:
             self._hash = hashlib.sha256()
 
+    async def adopt(self, held: int) -> None:
+        """Take the file's first `held` bytes as already written (a resumed partial file):
+        hash them, off the loop, so the sha256 still covers the whole file."""
+        self._submit(self._adopt, held)
+        await self._settle()
+
+    def _adopt(self, held: int) -> None:
+        self._handle.seek(0)
+        left = held
+        while left:
+            piece = self._handle.read(min(WRITE_BATCH, left))
+            if not piece:
+                raise OSError(f"the partial file ended {left} bytes early")
+            if self._hash is not None:
+                self._hash.update(piece)
+            left -= len(piece)
+        self._handle.seek(held)
+
     def hexdigest(self) -> str | None:
         return self._hash.hexdigest() if self._hash is not None else None
 
@@ -178,15 +195,25 @@ class Request:
 
 
 async def fetch(
-    request: Request, mode: Mode, sink: _Sink, progress: Progress | None = None
+    request: Request,
+    mode: Mode,
+    sink: _Sink,
+    progress: Progress | None = None,
+    *,
+    state: ResumeState | None = None,
+    on_stream: Callable[[ResumeState], object] | None = None,
 ) -> ResumeState:
     """Run the whole download into `sink`; returns the final state (done).
 
     One attempt is one GET, judged by the resume machine: its verdicts reach the retry loop
     as they are (`TryAgain` to carry on, an exception to stop), never as a made-up error.
+
+    Args:
+        state: where to start (a resumed partial file); default the first byte.
+        on_stream: told the state each time an answer's body is about to be read.
     """
     plane = request.plane
-    state = ResumeState(mode)
+    state = state if state is not None else ResumeState(mode)
 
     async def attempt(timeout: Timeout) -> TryAgain | None:
         start = state.begin_request()
@@ -212,6 +239,8 @@ async def fetch(
                 return await _verdict(decision, response)
             if decision.truncate:
                 await sink.truncate()
+            if on_stream is not None:
+                on_stream(state)
             try:
                 async for chunk in response.iter_chunks(request.chunk_size):
                     skip, keep = state.on_chunk(len(chunk))
@@ -263,29 +292,47 @@ def check_destination(dest: Any) -> Path:
 
 
 async def download_to_file(
-    request: Request, dest: Path, *, checksum: bool, progress: Progress | None
+    request: Request, dest: Path, *, checksum: bool, progress: Progress | None, resume: bool
 ) -> DownloadResult:
-    """Download into a temporary file beside `dest`, renamed into place only when complete."""
+    """Download into `dest`'s partial file, renamed into place only when complete.
+
+    With `resume`, a partial file a dead process left (`_partial`) is continued where its
+    sidecar vouches for it; a download that fails or is cancelled here removes its own.
+    """
     clock = request.plane.calls.clock
     started = clock()
-    # Beside dest (same filesystem: the rename is atomic); the name is cut so that the long
-    # name of a valid dest cannot make the temporary one exceed NAME_MAX.
-    temp = dest.with_name(f".{dest.name[:200]}.{secrets.token_hex(6)}.part")
-    # Opened on the loop on purpose: an open in a worker thread could finish after a
-    # cancellation and leave a file (and a handle) nobody owns.
-    handle = open(temp, "xb")  # noqa: SIM115, ASYNC230 - closed below on every path
-    sink = _FileSink(handle, checksum)
+    # Opened (and locked) on the loop on purpose: an open in a worker thread could finish
+    # after a cancellation and leave a file (and a handle) nobody owns.
+    part = open_part(dest, _part_of(request), resume=resume)
+    sink = _FileSink(part.handle, checksum)
     try:
-        state = await fetch(request, "file", sink, progress)
-        await sink.commit(temp, dest)
+        state = ResumeState("file")
+        if part.held:
+            await sink.adopt(part.held)
+            state = ResumeState(
+                "file",
+                position=part.held,
+                high_water=part.held,
+                total=part.total,
+                ranges_supported=True,
+            )
+        state = await fetch(
+            request,
+            "file",
+            sink,
+            progress,
+            state=state,
+            on_stream=lambda now: part.record(now.total, now.ranges_supported),
+        )
+        await sink.commit(part.path, dest)
+        part.discard()  # the sidecar; the part itself is `dest` now
     except BaseException as exc:
         # Cancelled again while this runs, it still closes and removes the file; a
         # cancellation that arrives during a commit lets the rename finish (dest is then the
         # whole file), and the call ends cancelled all the same.
         held = await sink.quiesce()
-        handle.close()
-        with contextlib.suppress(FileNotFoundError):
-            temp.unlink()
+        part.handle.close()
+        part.discard()
         raise_held(held, exc)
         raise
     return DownloadResult(
@@ -303,6 +350,11 @@ def _commit(handle: IO[bytes], temp: Path, dest: Path) -> None:
     # the rename still guarantees no reader ever sees a partial file under `dest`.
     handle.close()
     os.replace(temp, dest)
+
+
+def _part_of(request: Request) -> PartOf:
+    query = dict(request.params)
+    return PartOf(request.plane.host.origin, query["path"], query.get("username"))
 
 
 async def read_all(request: Request) -> bytes:

@@ -58,15 +58,19 @@ class Files:
         progress: Progress | None = None,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         checksum: bool = True,
+        resume: bool = True,
         timeout: Timeout | None = None,
         retry: RetryPolicy | None = None,
     ) -> DownloadResult:
         """Download one file to `dest`, resuming after failures where the service allows.
 
-        The bytes land in a temporary file beside `dest` (`.{name}.{random}.part`), renamed
-        over `dest` only once complete; on failure or cancellation it is removed and an
-        existing `dest` is left as it was. The local name is `dest`, never the server's
-        `Content-Disposition`.
+        The bytes land in a partial file beside `dest`, `.{name}.part`, with a sidecar
+        `.{name}.part.json` saying what it is a part of; it is renamed over `dest` only once
+        complete. On failure or cancellation both are removed and an existing `dest` is left
+        as it was. If a process dies mid-download, they stay: the next download of the same
+        remote file to the same `dest` continues from the part's size with `Range` (where the
+        data center supports resume and the size still matches), else starts over. The
+        local name is `dest`, never the server's `Content-Disposition`.
 
         Args:
             remote: absolute path in the sandbox.
@@ -75,7 +79,9 @@ class Files:
             progress: called as `progress(done_bytes, total_or_None)` as bytes arrive; after
                 a restart `done_bytes` starts again from 0.
             chunk_size: the largest piece read from the network at once.
-            checksum: compute the SHA-256 of what was written (`result.sha256`).
+            checksum: compute the SHA-256 of what was written (`result.sha256`); a resumed
+                part's bytes are read back and hashed too.
+            resume: continue a partial file a dead process left; False always starts over.
             timeout: per-call time limits; `total` bounds the whole download.
             retry: per-call retry policy; a retry that moved the download forward does not
                 count against `max_attempts`.
@@ -85,6 +91,7 @@ class Files:
 
         Raises:
             ValidationError: a bad remote path, a directory as `dest`, a missing directory.
+            DestinationLockedError: another download is writing `dest` now.
             APIError: its status subclass (`NotFoundError`, ...) when the service refuses; a
                 `RedirectNotFollowedError` (an `APIError`) for a redirect, never followed.
             TransportError: the connection failed and retries ran out.
@@ -100,7 +107,7 @@ class Files:
         request = self._request(remote, username, chunk_size, timeout, retry)
         path = _download.check_destination(dest)
         return await _download.download_to_file(
-            request, path, checksum=bool(checksum), progress=progress
+            request, path, checksum=bool(checksum), progress=progress, resume=bool(resume)
         )
 
     def iter_bytes(
