@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Generic, Protocol, TypeVar
 
 import anyio
@@ -91,10 +91,16 @@ class HostPools(Generic[S]):
         limits: Limits,
         make_session: Callable[[HostKey], S],
         clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[object]] = anyio.sleep,
     ) -> None:
         self._limits = limits
         self._make_session = make_session
         self._clock = clock
+        self._sleep = sleep
+        # Closes idle pools while any are open, even when no request comes to sweep them
+        # (a batch over deleted sandboxes kept their sockets until aiohttp's keep-alive
+        # timed out); it ends when the last pool is closed and starts again with the next.
+        self._timer: asyncio.Task[None] | None = None
         self._pools: OrderedDict[HostKey, HostPool[S]] = OrderedDict()
         self._released = asyncio.Condition()
         self._next_sweep = float("-inf")
@@ -177,7 +183,15 @@ class HostPools(Generic[S]):
             last_used=self._clock(),
         )
         self._pools[key] = pool
+        if self._timer is None or self._timer.done():
+            self._timer = asyncio.get_running_loop().create_task(self._close_idle_in_time())
         return pool
+
+    async def _close_idle_in_time(self) -> None:
+        period = min(1.0, self._limits.host_idle_seconds / 10)
+        while self._pools:
+            await self._sleep(period)
+            await self.close_idle()
 
     def _pop_least_recent_idle(self) -> HostPool[S] | None:
         for key, pool in self._pools.items():
@@ -220,6 +234,10 @@ class HostPools(Generic[S]):
 
     async def aclose(self) -> None:
         """Close every pool."""
+        timer, self._timer = self._timer, None
+        if timer is not None and not timer.done():
+            timer.cancel()
+            await asyncio.wait([timer])  # its cancellation is not ours to raise
         pools = list(self._pools.values())
         self._pools.clear()
         for pool in pools:

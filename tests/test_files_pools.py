@@ -134,3 +134,25 @@ async def test_throttled_host_slows_only_itself(emulator: Emulator) -> None:
         for stream in [*streams_a[1:], *streams_b]:
             await stream.aclose()
         assert pool_a.limiter.borrowed_tokens == pool_b.limiter.borrowed_tokens == 0
+
+
+async def test_idle_host_pools_close_their_sockets_with_no_further_request(
+    emulator: Emulator, tmp_path: Path
+) -> None:
+    """Pools of sandboxes nobody calls again (deleted ones, say) are closed, and their sockets
+    with them, once `host_idle_seconds` pass: no later request is needed to sweep them."""
+    limits = sandboxkit.Limits(host_idle_seconds=0.3)
+    port = int(emulator.domain.rsplit(":", 1)[1])
+    async with emulator.client(limits=limits, retry=sandboxkit.RetryPolicy.no_delay()) as client:
+        boxes = [await new_box(emulator, client) for _ in range(3)]
+        for i, box in enumerate(boxes):
+            box.put("/home/user/f.bin", payload(1000))
+            await box.files.download("/home/user/f.bin", tmp_path / f"{i}.bin")
+        hosts = client._transport.hosts
+        assert len(hosts) == 3 and client_sockets(port) >= 1
+        timer = hosts._timer
+        assert timer is not None
+        with anyio.fail_after(10):
+            await timer  # it ends when the last idle pool is closed
+        assert len(hosts) == 0
+        assert client_sockets(port) == 0

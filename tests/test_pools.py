@@ -219,3 +219,46 @@ async def test_debug_logs_never_carry_the_key(
                 await client.request("GET", "/api/v2/p")
     assert caplog.records
     assert all(API_KEY not in r.getMessage() for r in caplog.records)
+
+
+async def test_idle_pools_close_by_themselves_with_no_request_to_sweep_them() -> None:
+    """With no further lease, idle pools are closed once `host_idle_seconds` pass (by the
+    pools' own timer), a busy one is kept, and the timer ends with the last pool."""
+    clock = Clock()
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:  # the timer's waits, on the fake clock
+        slept.append(seconds)
+        clock.now += seconds
+        await asyncio.sleep(0)
+
+    made: list[FakeSession] = []
+    first_closed = asyncio.Event()
+
+    class Session(FakeSession):
+        async def close(self) -> None:
+            await super().close()
+            first_closed.set()
+
+    def make(host: HostKey) -> FakeSession:
+        made.append(Session(host.origin))
+        return made[-1]
+
+    pools: HostPools[FakeSession] = HostPools(
+        Limits(per_host_connections=2, host_idle_seconds=5.0), make, clock, sleep
+    )
+    async with pools.lease(HostKey("http://idle", "t")):
+        pass
+    busy = pools.lease(HostKey("http://busy", "t"))
+    await busy.__aenter__()
+    timer = pools._timer
+    assert timer is not None
+    with anyio.fail_after(5):
+        await first_closed.wait()
+    assert pools.get(HostKey("http://idle", "t")) is None
+    assert [(s.origin, s.closed) for s in made] == [("http://idle", True), ("http://busy", False)]
+    assert clock.now >= 5.0 and set(slept) == {0.5}
+    await busy.__aexit__(None, None, None)
+    with anyio.fail_after(5):
+        await timer  # closes the busy one once it is idle long enough, then ends
+    assert made[1].closed and len(pools) == 0
