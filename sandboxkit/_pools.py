@@ -103,7 +103,6 @@ class HostPools(Generic[S]):
         self._timer: asyncio.Task[None] | None = None
         self._pools: OrderedDict[HostKey, HostPool[S]] = OrderedDict()
         self._released = asyncio.Condition()
-        self._next_sweep = float("-inf")
         self._waiting = 0
 
     def __len__(self) -> int:
@@ -134,7 +133,6 @@ class HostPools(Generic[S]):
 
     async def _checkout(self, key: HostKey) -> HostPool[S]:
         while True:
-            await self._sweep()
             pool = self._pools.get(key)
             if pool is not None and not pool.closing:
                 self._pools.move_to_end(key)
@@ -188,6 +186,9 @@ class HostPools(Generic[S]):
         return pool
 
     async def _close_idle_in_time(self) -> None:
+        # Checking every pool on every checkout made each request O(hosts): a third of the
+        # client CPU with 1,000 hosts (benchmarks/run.py --case hosts). Idle pools need
+        # closing only to within a tenth of host_idle_seconds (at most a second) late.
         period = min(1.0, self._limits.host_idle_seconds / 10)
         while self._pools:
             await self._sleep(period)
@@ -199,15 +200,6 @@ class HostPools(Generic[S]):
                 del self._pools[key]
                 return pool
         return None
-
-    async def _sweep(self) -> None:
-        # Scanning every pool on every checkout made each request O(hosts): a third of the
-        # client CPU with 1,000 hosts (benchmarks/run.py --case hosts). Idle pools need
-        # closing only to within a tenth of host_idle_seconds (at most a second) late.
-        now = self._clock()
-        if now >= self._next_sweep:
-            self._next_sweep = now + min(1.0, self._limits.host_idle_seconds / 10)
-            await self.close_idle()
 
     async def close_idle(self) -> int:
         """Close pools unused for `host_idle_seconds`; returns how many were closed."""
