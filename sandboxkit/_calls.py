@@ -20,12 +20,13 @@ from ._answers import Reply
 from ._config import NO_OPTIONS, CallOptions, RetryPolicy, Timeout
 from ._convert import structure
 from ._protocol import ApiRequest
-from ._retry import RetryBudget, TryAgain, is_retryable, retry_delay
+from ._retry import RetryBudget, TryAgain, is_outage, is_retryable, retry_delay
 from ._transport import Transport
 from .errors import (
     APIConnectionError,
     APIError,
     APITimeoutError,
+    HostUnavailableError,
     RemoteProtocolError,
     ResponseDecodeError,
     SandboxKitError,
@@ -69,6 +70,7 @@ class Calls:
         idempotent: bool,
         options: CallOptions = NO_OPTIONS,
         progress: Callable[[], int] | None = None,
+        host: str | None = None,
     ) -> T:
         """Call `attempt` until it succeeds or the rules say stop.
 
@@ -81,17 +83,25 @@ class Calls:
             options: this call's overrides; the timeout's `total` bounds the whole loop.
             progress: a count that grows as a transfer moves forward (bytes held); a try
                 after which it grew does not count against `max_attempts`.
+            host: the origin `attempt` sends to. While its circuit is open the call waits
+                (up to the policy's `max_stall` without progress) instead of sending, and
+                its outage failures cost neither attempts nor retry budget.
         """
         self.transport.check_loop()  # the one check: every operation passes here first
         timeout = options.timeout or self.timeout
         policy = self.policy_for(options)
+        # Waiting for a host that is down is for calls that may retry once it is back.
+        if not idempotent or policy.max_attempts == 1 or policy.max_stall == 0:
+            host = None
         if timeout.total is None:
-            return await self._loop(operation, attempt, idempotent, policy, timeout, None, progress)
+            return await self._loop(
+                operation, attempt, idempotent, policy, timeout, None, progress, host
+            )
         deadline = self.clock() + timeout.total
         try:
             with anyio.fail_after(timeout.total):
                 return await self._loop(
-                    operation, attempt, idempotent, policy, timeout, deadline, progress
+                    operation, attempt, idempotent, policy, timeout, deadline, progress, host
                 )
         except TimeoutError as exc:
             raise APITimeoutError(
@@ -112,15 +122,21 @@ class Calls:
         timeout: Timeout,
         deadline: float | None,
         progress: Callable[[], int] | None,
+        host: str | None,
     ) -> T:
         spent = 0
         counted = 0
         retries = 0
         malformed_before = False
+        stall = policy.max_stall
+        stalled_at = None if stall is None else self.clock() + stall
+        failure: SandboxKitError | TryAgain | None = None
         while True:
+            probe = None
+            if host is not None:
+                probe = await self._wait_for_host(host, stalled_at, failure, operation, policy)
             counted += 1
             before = progress() if progress is not None else 0
-            failure: SandboxKitError | TryAgain
             try:
                 outcome = await attempt(timeout)
             except SandboxKitError as error:
@@ -130,15 +146,30 @@ class Calls:
                     self.budget.refund(spent)
                     return outcome
                 failure = outcome
-            if progress is not None and progress() > before:
+            finally:
+                if probe is not None and host is not None:  # a probe that did not report
+                    self.transport.circuits.abandon(host, probe)
+            moved = progress is not None and progress() > before
+            if moved:
                 counted -= 1  # a try that moved a transfer forward is not a failed attempt
+                if stall is not None:
+                    stalled_at = self.clock() + stall
+            if host is not None and self._is_down(host, failure):
+                counted -= 1  # the host is down: wait for it (above), spending nothing
+                continue
             # Backoff grows with the failures that count, so progress also resets it.
             delay = self._next_delay(failure, idempotent, policy, counted, malformed_before)
             malformed_before = malformed_before or isinstance(failure, RemoteProtocolError)
             if delay is None or (deadline is not None and self.clock() + delay >= deadline):
                 # No retry left, or waiting would outlive the call: the failure is the answer.
                 raise _as_error(failure, operation)
-            cost = self.budget.try_spend(connection_failure=_is_connection_failure(failure))
+            # Carrying on a transfer that moved is no retry storm: it costs no budget, or an
+            # outage that cuts every transfer at once would drain it for their continuations.
+            cost = (
+                0
+                if moved
+                else self.budget.try_spend(connection_failure=_is_connection_failure(failure))
+            )
             if cost is None:
                 exhausted = _as_error(failure, operation)
                 logger.warning("%s: retry budget exhausted, not retrying: %s", operation, exhausted)
@@ -156,6 +187,48 @@ class Calls:
                 f" request_id={request_id}" if request_id else "",  # the data plane has none
             )
             await self.sleep(delay)
+
+    def _is_down(self, host: str, failure: SandboxKitError | TryAgain) -> bool:
+        if isinstance(failure, TryAgain) or not is_outage(failure):
+            return False
+        circuit = self.transport.circuits.get(host)
+        return circuit is not None and not circuit.closed
+
+    async def _wait_for_host(
+        self,
+        host: str,
+        stalled_at: float | None,
+        failure: SandboxKitError | TryAgain | None,
+        operation: str,
+        policy: RetryPolicy,
+    ) -> int | None:
+        """Wait while `host`'s circuit is open; the probe's ticket if this call is the one
+        a half-open circuit lets through. Raises once waiting would pass `stalled_at`."""
+        circuits = self.transport.circuits
+        while (circuit := circuits.get(host)) is not None:
+            now = self.clock()
+            admission = circuit.admit(now)
+            if admission.go:
+                return admission.probe
+            if admission.retry_at is not None:
+                if stalled_at is not None and admission.retry_at > stalled_at:
+                    break
+                await self.sleep(admission.retry_at - now)
+                continue
+            changed = circuits.changed(host)  # the probe's outcome
+            with anyio.move_on_after(None if stalled_at is None else stalled_at - now) as scope:
+                await changed.wait()
+            if scope.cancelled_caught:
+                break
+        else:
+            return None
+        if failure is not None:
+            raise _as_error(failure, operation)
+        raise HostUnavailableError(
+            f"{operation}: {host} was down for {policy.max_stall}s "
+            f"(last failure: {circuit.last_failure})",
+            operation=operation,
+        )
 
     def _next_delay(
         self,
@@ -181,6 +254,7 @@ class Calls:
             lambda timeout: self.transport.send(request, timeout),
             idempotent=request.idempotent,
             options=options,
+            host=self.transport.base_url,
         )
 
 

@@ -135,6 +135,13 @@ class RetryPolicy:
             with `retry_after` set on the error.
         retry_server_errors: also retry a plain 500 (off: DESIGN section 5 surfaces it).
         honor_retry_after: wait what `Retry-After` says (off only in `no_delay`, for tests).
+        max_stall: the longest a call goes without progress (its start, or bytes moved)
+            while its host is down, in seconds; then it raises its last failure (or
+            `HostUnavailableError`). A host is down when its circuit is open: after 5
+            refused connects, timeouts or 502/503 answers in a row from any calls, calls to
+            it wait, spending no attempts and no retry budget, while one probe at a time
+            (after 0.25 s, doubling to 2 s) tests it. None: only `Timeout.total` bounds the
+            wait. 0: never wait for a host; its failures count as attempts.
     """
 
     max_attempts: int = attrs.field(default=5, validator=at_least(1))
@@ -143,20 +150,23 @@ class RetryPolicy:
     max_retry_after: float = attrs.field(default=60.0, validator=seconds(zero=True))
     retry_server_errors: bool = False
     honor_retry_after: bool = True
+    max_stall: float | None = attrs.field(default=60.0, validator=seconds(zero=True, none=True))
 
     @classmethod
     def none(cls) -> RetryPolicy:
-        """A policy that never retries."""
-        return cls(max_attempts=1)
+        """A policy that never retries (nor waits for a host that is down)."""
+        return cls(max_attempts=1, max_stall=0.0)
 
     @classmethod
     def no_delay(cls, max_attempts: int = 5) -> RetryPolicy:
-        """Retries without waiting, whatever `Retry-After` says: the testing switch."""
+        """Retries without waiting, whatever `Retry-After` says or whether the host is
+        down: the testing switch."""
         return cls(
             max_attempts=max_attempts,
             initial_backoff=0.0,
             max_backoff=0.0,
             honor_retry_after=False,
+            max_stall=0.0,
         )
 
 

@@ -27,6 +27,7 @@ __all__ = [
     "IMAGE_NAME_FILTER",
     "IMAGE_OS_SERIES_FILTER",
     "NO_HEADERS",
+    "OUTAGE_STATUSES",
     "RANGE",
     "REQUEST_ID",
     "RETRYABLE_STATUSES",
@@ -72,6 +73,9 @@ CONTENT_ENCODING = "Content-Encoding"
 
 # 500 is deliberately absent: DESIGN section 5 surfaces it at once.
 RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
+# What a host that is down answers through the gateway in front of it: counted by its
+# circuit (`_retry.Circuit`) like a refused connect. 504 is a slow answer, not a dead host.
+OUTAGE_STATUSES = frozenset({502, 503})
 
 V2_PREFIX = "/api/v2"
 V1_PREFIX = "/api/v1"

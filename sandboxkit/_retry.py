@@ -1,19 +1,21 @@
 """Retry policy and its arithmetic (DESIGN section 5). Pure: no I/O, no await.
 
 The loop that uses these lives in `_calls.py`; here are only the decisions: is this failure
-retryable, how long to wait, may the client afford another retry, and how a throttled host's
-concurrency window moves.
+retryable, how long to wait, may the client afford another retry, how a throttled host's
+concurrency window moves, and whether a host is down (its circuit).
 """
 
 from __future__ import annotations
 
+import enum
 import random
 from collections.abc import Callable
+from typing import NamedTuple
 
 import attrs
 
 from ._config import RetryPolicy
-from ._protocol import RETRYABLE_STATUSES
+from ._protocol import OUTAGE_STATUSES, RETRYABLE_STATUSES
 from .errors import (
     APIConnectionError,
     APIError,
@@ -25,10 +27,13 @@ from .errors import (
 )
 
 __all__ = [
+    "Admission",
+    "Circuit",
     "ConcurrencyWindow",
     "RetryBudget",
     "TryAgain",
     "backoff_delay",
+    "is_outage",
     "is_retryable",
     "retry_delay",
 ]
@@ -143,3 +148,111 @@ class ConcurrencyWindow:
         """A success: additive increase of about one slot per window's worth of successes."""
         self.size = min(float(self.maximum), self.size + 1.0 / max(self.size, 1.0))
         return self.allowed
+
+
+def is_outage(error: SandboxKitError) -> bool:
+    """Whether `error` says the host is down rather than this request went wrong: no
+    connection, no answer in time, or the gateway's 502/503 for it."""
+    if isinstance(error, APIError):
+        return error.status in OUTAGE_STATUSES
+    if isinstance(error, HostNotFoundError | TLSHandshakeError):
+        return False  # wrong address or wrong scheme: not down, and never retried anyway
+    return isinstance(error, APIConnectionError | APITimeoutError)
+
+
+class Admission(NamedTuple):
+    """A circuit's answer to a call about to send: go, go as the probe, or wait."""
+
+    go: bool
+    probe: int | None = None  # the ticket of the one probe a half-open circuit lets through
+    retry_at: float | None = None  # open: ask again then; None when waiting for the probe
+
+
+class _State(enum.Enum):
+    CLOSED = "closed"
+    OPEN = "open"
+    HALF_OPEN = "half-open"
+
+
+_GO = Admission(go=True)
+_AWAIT_PROBE = Admission(go=False)
+
+
+@attrs.define
+class Circuit:
+    """One host's breaker: closed, open after `threshold` outage failures in a row, then
+    half-open when its cooldown ends, letting one probe through.
+
+    A probe that gets any answer but 502/503 closes it; one that fails opens it again with
+    twice the cooldown (up to `max_cooldown`). Requests already in flight report too: any
+    answer closes the circuit (the host is up), a failure while half-open reopens it. While
+    it is not closed, calls wait instead of sending: an outage costs one probe per cooldown,
+    not one refused connect per queued call.
+    """
+
+    threshold: int = 5
+    first_cooldown: float = 0.25
+    max_cooldown: float = 2.0
+    failures: int = 0  # outage failures in a row
+    last_failure: str = ""
+    cooldown: float = 0.0
+    opened_until: float | None = None  # None: closed
+    probe: int | None = None  # the probe in flight, while half-open
+    _tickets: int = 0
+
+    def state(self, now: float) -> _State:
+        """Closed, open, or half-open (the cooldown is over)."""
+        if self.opened_until is None:
+            return _State.CLOSED
+        return _State.OPEN if now < self.opened_until else _State.HALF_OPEN
+
+    @property
+    def closed(self) -> bool:
+        """Whether calls may send freely."""
+        return self.opened_until is None
+
+    def admit(self, now: float) -> Admission:
+        """May a call send now? Half-open, the first to ask becomes the probe."""
+        if self.opened_until is None:
+            return _GO
+        if now < self.opened_until:
+            return Admission(go=False, retry_at=self.opened_until)
+        if self.probe is not None:
+            return _AWAIT_PROBE
+        self._tickets += 1
+        self.probe = self._tickets
+        return Admission(go=True, probe=self.probe)
+
+    def on_answer(self) -> bool:
+        """The host answered (anything but 502/503). True when that closed the circuit."""
+        was_open = self.opened_until is not None
+        self.failures = 0
+        self.cooldown = 0.0
+        self.opened_until = None
+        self.probe = None
+        return was_open
+
+    def on_outage(self, now: float, description: str) -> bool:
+        """The host failed as a down host does. True when the circuit opened (again)."""
+        self.failures += 1
+        self.last_failure = description
+        state = self.state(now)
+        if state is _State.OPEN or (state is _State.CLOSED and self.failures < self.threshold):
+            return False
+        # Reaching the threshold, or a failed probe (or any failure while half-open).
+        self.cooldown = (
+            self.first_cooldown
+            if state is _State.CLOSED
+            else min(self.max_cooldown, self.cooldown * 2)
+        )
+        self.opened_until = now + self.cooldown
+        self.probe = None
+        return True
+
+    def abandon(self, ticket: int) -> bool:
+        """The probe `ticket` ended without an outcome (cancelled, say): let another go.
+        True when it was still the probe."""
+        if self.probe != ticket:
+            return False
+        self.probe = None
+        return True

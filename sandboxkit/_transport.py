@@ -20,6 +20,7 @@ import aiohttp
 
 from ._answers import Reply, decipher
 from ._bodies import StreamingResponse, read_capped
+from ._circuits import Circuits
 from ._config import Limits, Timeout
 from ._pools import HostKey, HostPools
 from ._protocol import (
@@ -30,9 +31,10 @@ from ._protocol import (
     ApiRequest,
     query_string,
 )
+from ._retry import is_outage
 from ._translate import mapped, translate
 from ._version import __version__
-from .errors import ClientStateError, ResponseDecodeError
+from .errors import ClientStateError, ResponseDecodeError, SandboxKitError
 
 __all__ = ["CONTROL_BODY_LIMIT", "Transport"]
 
@@ -86,6 +88,8 @@ class Transport:
         self.hosts: HostPools[aiohttp.ClientSession] = HostPools(
             limits, self._make_host_session, clock
         )
+        # What each request met, by host: `Calls` waits on a host whose circuit is open.
+        self.circuits = Circuits(clock)
         # Answers whose body is being read; `aclose()` ends them first (see there).
         self._reading: set[aiohttp.ClientResponse] = set()
 
@@ -169,6 +173,7 @@ class Transport:
         url = self.base_url + request.path
         if request.params:
             url += "?" + query_string(request.params)
+        status = 0
         try:
             async with session.request(
                 request.method,
@@ -180,6 +185,8 @@ class Transport:
                 timeout=_client_timeout(timeout),
                 allow_redirects=False,
             ) as response:
+                status = response.status
+                self.circuits.answered(self.base_url, status)
                 self._refuse_if_closed(response)
                 self._reading.add(response)
                 try:
@@ -211,6 +218,8 @@ class Transport:
             error = translate(exc, request.operation)
             if error is None:
                 raise
+        if not status and is_outage(error):  # no head: the console may be down
+            self.circuits.failed(self.base_url, str(error))
         raise error  # outside the except block: see _translate.mapped
 
     def _headers(self, request: ApiRequest) -> dict[str, str]:
@@ -241,18 +250,24 @@ class Transport:
         """
         self._check_open()  # a retry may find the client closed since the call began
         async with self.hosts.lease(host) as pool:
-            response = await mapped(
-                pool.session.request(
-                    method,
-                    f"{path}?{query_string(params)}" if params else path,  # as in send()
-                    headers=headers,
-                    data=data,
-                    timeout=_client_timeout(timeout),
-                    allow_redirects=False,
-                ),
-                operation,
-            )
+            try:
+                response = await mapped(
+                    pool.session.request(
+                        method,
+                        f"{path}?{query_string(params)}" if params else path,  # as in send()
+                        headers=headers,
+                        data=data,
+                        timeout=_client_timeout(timeout),
+                        allow_redirects=False,
+                    ),
+                    operation,
+                )
+            except SandboxKitError as error:
+                if is_outage(error):
+                    self.circuits.failed(host.origin, str(error))
+                raise
             pool.observe(response.status)
+            self.circuits.answered(host.origin, response.status)
             self._refuse_if_closed(response)
             self._reading.add(response)
             try:

@@ -63,6 +63,7 @@ __all__ = [
     "DestinationLockedError",
     "GatewayTimeoutError",
     "HostNotFoundError",
+    "HostUnavailableError",
     "IdempotencyKeyConsumedError",
     "IdempotencyMismatchError",
     "InternalServerError",
@@ -124,6 +125,12 @@ class HostNotFoundError(APIConnectionError):
 
     A temporary resolver failure (`EAI_AGAIN`) is a plain, retried `APIConnectionError`.
     """
+
+
+class HostUnavailableError(APIConnectionError):
+    """The host was down (its circuit open) for the whole of the retry policy's `max_stall`
+    before this call could send anything of its own; the message gives the host's last
+    failure."""
 
 
 class TLSHandshakeError(APIConnectionError):

@@ -21,7 +21,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("errors", "models", "_version", "_record_decoder"),
     ("_config", "_protocol", "_convert"),
     ("_answers", "_retry", "_validation", "_cursors", "_resume"),
-    ("_pools", "_cancel", "_translate"),
+    ("_pools", "_circuits", "_cancel", "_translate"),
     ("_bodies",),
     ("_transport",),
     ("_calls",),

@@ -67,10 +67,15 @@ Data plane
       included) is 400, as is a truncated body (no file is left behind).
     * Headers over 16 KiB each or 64 KiB in all, and request targets over 16 KiB, are
       answered 400 in the surface's format.
+
+Outages
+    * ``Emulator.outage()`` takes both servers down for a block and back on the same ports,
+      state kept; requests sent meanwhile are recorded on the ``Outage`` it yields.
 """
 
 from ._cli import main, serve_forever
 from ._faults import Fault, FaultPlan
+from ._outage import Outage, OutageRequest
 from ._resolver import EmulatorResolver
 from ._server import Emulator
 from ._values import STANDALONE_IDCS, Idc, ManualClock, RecordedRequest
@@ -83,6 +88,8 @@ __all__ = [
     "FaultPlan",
     "Idc",
     "ManualClock",
+    "Outage",
+    "OutageRequest",
     "RecordedRequest",
     "main",
     "serve_forever",

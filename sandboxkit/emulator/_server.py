@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import shutil
 import ssl
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -21,6 +22,7 @@ from ._core import CORE, ROUTES, Core, RouteTable, new_api_key
 from ._dataplane import add_data_routes
 from ._faults import FaultPlan
 from ._http import console_middleware, data_middleware, record_prepared
+from ._outage import DeadListener, Outage
 from ._resolver import DATA_PLANE_SUFFIX, EmulatorResolver
 from ._tls import CertificateAuthority, client_context, server_context
 from ._v1 import add_v1_routes
@@ -90,6 +92,8 @@ class Emulator:
         self._host = host
         self._ports = (port, data_port)
         self._runners: list[web.AppRunner] = []
+        # (server name, runner, port, TLS context) of each running site, for an outage.
+        self._sites: list[tuple[str, web.AppRunner, int, ssl.SSLContext | None]] = []
         self._base_url = ""
         self._resolver = EmulatorResolver()
         self._client_ssl: ssl.SSLContext | None = None
@@ -121,8 +125,10 @@ class Emulator:
             self._client_ssl = client_context(self._ca)
         scheme = "https" if server_ssl is not None else "http"
         try:
-            console_port = await self._serve(self._console_app(), self._ports[0], server_ssl)
-            data_port = await self._serve(self._data_app(), self._ports[1], server_ssl)
+            console_port = await self._serve(
+                "console", self._console_app(), self._ports[0], server_ssl
+            )
+            data_port = await self._serve("data", self._data_app(), self._ports[1], server_ssl)
         except BaseException:
             await self.close()
             raise
@@ -134,6 +140,7 @@ class Emulator:
     async def close(self) -> None:
         """Stop both servers and remove the temporary files; safe to call twice."""
         runners, self._runners = self._runners, []
+        self._sites.clear()
         for runner in runners:
             await runner.cleanup()
         if self._tmp is not None:
@@ -160,7 +167,9 @@ class Emulator:
         add_data_routes(app)
         return app
 
-    async def _serve(self, app: web.Application, port: int, ctx: ssl.SSLContext | None) -> int:
+    async def _serve(
+        self, name: str, app: web.Application, port: int, ctx: ssl.SSLContext | None
+    ) -> int:
         runner = web.AppRunner(
             app,
             access_log=None,
@@ -172,7 +181,43 @@ class Emulator:
         self._runners.append(runner)
         site = web.TCPSite(runner, self._host, port, ssl_context=ctx)
         await site.start()
-        return int(runner.addresses[-1][1])
+        port = int(runner.addresses[-1][1])
+        self._sites.append((name, runner, port, ctx))
+        return port
+
+    @contextlib.asynccontextmanager
+    async def outage(self, *, status: int | None = None) -> AsyncIterator[Outage]:
+        """Both servers are down inside the block, and back on the same ports after it.
+
+        Connections open when it begins are cut. While it lasts, each request is recorded in
+        the yielded :class:`Outage` (not in the journal: nothing served it), then its
+        connection is closed unanswered, or answered with ``status`` (say 502 or 503: a
+        gateway whose backend is down). Every sandbox and file is kept.
+
+        Example:
+            >>> async with emu.outage() as down:  # doctest: +SKIP
+            ...     await anyio.sleep(5)
+            >>> len(down.requests)  # doctest: +SKIP
+        """
+        if not self._sites:
+            raise RuntimeError("the emulator is not running")
+        down = Outage(status=status)
+        listeners = []
+        for name, runner, port, ctx in self._sites:
+            for site in list(runner.sites):
+                await site.stop()
+            for handler in runner.server.connections if runner.server is not None else []:
+                handler.force_close()  # the cut a dying server's clients see
+            listener = DeadListener(name, down)
+            await listener.start(self._host, port, ctx)
+            listeners.append(listener)
+        try:
+            yield down
+        finally:
+            for listener in listeners:
+                await listener.stop()
+            for _, runner, port, ctx in self._sites:
+                await web.TCPSite(runner, self._host, port, ssl_context=ctx).start()
 
     # -- addresses and wiring ------------------------------------------------------
 

@@ -94,7 +94,12 @@ class DataPlane:
     ) -> T:
         """The client's one retry loop around `attempt` (see `Calls.run`)."""
         return await self.calls.run(
-            operation, attempt, idempotent=idempotent, options=options, progress=progress
+            operation,
+            attempt,
+            idempotent=idempotent,
+            options=options,
+            progress=progress,
+            host=self.host.origin,
         )
 
     async def call_json(
