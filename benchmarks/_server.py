@@ -253,6 +253,7 @@ async def _emulator(config: dict[str, Any]) -> None:
     from sandboxkit.emulator import Emulator
 
     file_size = int(config["file_size"])
+    outages: list[asyncio.Task[int]] = []
     async with Emulator() as emu:
         sandboxes = [await emu.create_sandbox() for _ in range(int(config["sandboxes"]))]
         files = []
@@ -284,9 +285,31 @@ async def _emulator(config: dict[str, Any]) -> None:
                 emu.faults.clear()
                 emu.journal.clear()  # it grows by one record per request
                 return {"injected": injected}
+            if command["cmd"] == "downloads":  # what was asked for since the last clear
+                return {
+                    "requests": [
+                        [r.host, r.query.get("path"), r.headers.get("Range")]
+                        for r in emu.journal_for("files.download")
+                    ]
+                }
+            if command["cmd"] == "outage":  # down now, back after `seconds`
+                outages.append(asyncio.create_task(_outage(emu, float(command["seconds"]))))
+                return {"ok": True}
+            if command["cmd"] == "outage_report":  # the last outage, once it has ended
+                if not outages:
+                    return {"error": "no outage"}
+                if not outages[-1].done():
+                    return {"active": True}
+                return {"active": False, "requests": outages[-1].result()}
             return {"error": f"unknown command {command['cmd']!r}"}
 
         await _command_loop(handle)
+
+
+async def _outage(emu: Any, seconds: float) -> int:
+    async with emu.outage() as down:
+        await asyncio.sleep(seconds)
+    return len(down.requests)
 
 
 # --- child side: plumbing -------------------------------------------------------------------

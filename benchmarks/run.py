@@ -10,6 +10,8 @@ and memory are counted:
 4. ``hosts``: many small downloads over many sandbox hosts at concurrency 256 (minimal
    server, virtual hosts).
 5. ``faults``: downloads under 429s, 502s and cut connections (the real emulator).
+6. ``rerun``: a batch killed (SIGKILL) at half its bytes and run again: bytes fetched twice.
+7. ``outage``: a batch through a few seconds of the server being down: jobs done, wall time.
 
 Contenders alternate within each round and every ratio is the median of per-round ratios.
 Benchmarks are not tests: nothing here asserts a timing; a target missed is reported.
@@ -41,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _control
 import _faults
 import _hosts
+import _survive
 import _transfer
 from _measure import MiB, describe_machine
 from _report import CaseResult, print_case
@@ -58,6 +61,9 @@ class Sizes:
     host_concurrency: int
     fault_downloads: int
     fault_file_kib: int
+    rerun: tuple[int, int, int]  # sandboxes, files in each, KiB per file
+    outage: tuple[int, int, int]
+    outage_seconds: float
 
 
 FULL = Sizes(
@@ -69,6 +75,9 @@ FULL = Sizes(
     host_concurrency=256,
     fault_downloads=1_000,
     fault_file_kib=1024,
+    rerun=(10, 10, 4096),
+    outage=(10, 30, 1024),
+    outage_seconds=5.0,
 )
 QUICK = Sizes(
     transfer_mib=16,
@@ -79,6 +88,9 @@ QUICK = Sizes(
     host_concurrency=64,
     fault_downloads=48,
     fault_file_kib=64,
+    rerun=(4, 4, 256),
+    outage=(4, 15, 512),
+    outage_seconds=1.0,
 )
 
 Case = Callable[[Sizes, int, Path], Awaitable[CaseResult]]
@@ -88,6 +100,10 @@ CASES: dict[str, Case] = {
     "control": lambda s, r, w: _control.run(s.builds, s.list_calls, r),
     "hosts": lambda s, r, w: _hosts.run(s.host_downloads, s.hosts, s.host_concurrency, r, w),
     "faults": lambda s, r, w: _faults.run(s.fault_downloads, s.fault_file_kib * 1024, r, w),
+    "rerun": lambda s, r, w: _survive.run_rerun(s.rerun[0], s.rerun[1], s.rerun[2] * 1024, r, w),
+    "outage": lambda s, r, w: _survive.run_outage(
+        s.outage[0], s.outage[1], s.outage[2] * 1024, s.outage_seconds, r, w
+    ),
 }
 
 

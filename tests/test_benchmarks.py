@@ -8,11 +8,11 @@ import sys
 from pathlib import Path
 
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "run.py"
-CASES = ["download", "upload", "control", "hosts", "faults"]
+CASES = ["download", "upload", "control", "hosts", "faults", "rerun", "outage"]
 
 
 def test_quick_run_reports_every_case_as_json() -> None:
-    """`run.py --quick --json` runs all five cases and prints a report with their figures."""
+    """`run.py --quick --json` runs every case and prints a report with their figures."""
     done = subprocess.run(
         [sys.executable, "-W", "error", str(SCRIPT), "--quick", "--json"],
         capture_output=True,
@@ -37,6 +37,12 @@ def test_quick_run_reports_every_case_as_json() -> None:
     faults = {row["contender"]: row for row in by_name["faults"]["rows"]}
     assert faults["fault-free"]["completion"] == 1.0
     assert [row["completion"] for name, row in faults.items() if "max_attempts=10" in name] == [1.0]
+    # A killed batch rerun ends with every file right and nothing left behind; through an
+    # outage, with the default policy, every job is done.
+    rerun = by_name["rerun"]["rows"][0]
+    assert (rerun["right"], rerun["leftovers"]) == (1.0, 0)
+    outage = by_name["outage"]["rows"]
+    assert [row["completion"] for row in outage[:2]] == [1.0, 1.0]
 
 
 def test_one_case_prints_a_table() -> None:
