@@ -35,6 +35,7 @@ __all__ = [
     "backoff_delay",
     "is_outage",
     "is_retryable",
+    "is_transient",
     "retry_delay",
 ]
 
@@ -158,6 +159,14 @@ def is_outage(error: SandboxKitError) -> bool:
     if isinstance(error, HostNotFoundError | TLSHandshakeError):
         return False  # wrong address or wrong scheme: not down, and never retried anyway
     return isinstance(error, APIConnectionError | APITimeoutError)
+
+
+def is_transient(error: BaseException) -> bool:
+    """Whether `error` is the kind a later try may not meet: the host down or busy (429,
+    502, 503, 504), no connection, no answer in time. A partial file is kept for it."""
+    if isinstance(error, APIError):
+        return error.status in RETRYABLE_STATUSES
+    return isinstance(error, SandboxKitError) and is_outage(error)
 
 
 class Admission(NamedTuple):

@@ -192,8 +192,11 @@ async def test_checksum_off_and_local_name_from_dest(box: Box, tmp_path: Path) -
 async def test_failed_download_leaves_dest_untouched(
     emulator: Emulator, box: Box, tmp_path: Path
 ) -> None:
-    """A download that fails after writing bytes keeps the old dest and leaves no temp file."""
-    box.put("/home/user/x.bin", payload(500 * KiB))
+    """A download that fails after writing bytes keeps the old dest. Failing for a reason a
+    later try may not meet (502s), it keeps its partial file too, which the next download
+    continues with Range: nothing is fetched twice, and nothing is left after it."""
+    data = payload(500 * KiB)
+    box.put("/home/user/x.bin", data)
     dest = tmp_path / "x.bin"
     dest.write_bytes(b"precious")
     emulator.faults.script(
@@ -202,8 +205,28 @@ async def test_failed_download_leaves_dest_untouched(
     with pytest.raises(sandboxkit.BadGatewayError):
         await box.files.download("/home/user/x.bin", dest)
     assert dest.read_bytes() == b"precious"
-    assert dir_listing(tmp_path) == ["x.bin"]
+    assert dir_listing(tmp_path) == [".x.bin.part", ".x.bin.part.json", "x.bin"]
     assert len(emulator.journal_for("files.download")) == 6  # the cut try made progress: free
+    result = await box.files.download("/home/user/x.bin", dest)
+    assert (dest.read_bytes(), result.sha256) == (data, sha(data))
+    assert emulator.journal_for("files.download")[-1].headers["Range"] == "bytes=200000-"
+    assert dir_listing(tmp_path) == ["x.bin"]
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [Fault.status(404), Fault.status(500)],
+    ids=["not-found", "server-error"],
+)
+async def test_a_download_failing_for_good_removes_its_partial_file(
+    emulator: Emulator, box: Box, tmp_path: Path, fault: Fault
+) -> None:
+    """After a 404 or a 500 (not retried) there is nothing worth continuing."""
+    box.put("/home/user/x.bin", payload(500 * KiB))
+    emulator.faults.script("files.download", Fault.cut(after_bytes=200_000), fault)
+    with pytest.raises(sandboxkit.APIError):
+        await box.files.download("/home/user/x.bin", tmp_path / "x.bin")
+    assert dir_listing(tmp_path) == []
 
 
 async def test_cancelled_download_leaves_dest_untouched(

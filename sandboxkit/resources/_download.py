@@ -23,7 +23,7 @@ from .._cancel import raise_held, wait_through_cancels
 from .._config import CallOptions, Timeout
 from .._protocol import ACCEPT_RANGES, CONTENT_RANGE, FILES_PATH, RANGE, is_idempotent
 from .._resume import Action, Decision, Mode, ResponseInfo, ResumeState
-from .._retry import TryAgain
+from .._retry import TryAgain, is_transient
 from ..errors import ResponseDecodeError, SandboxKitError, ValidationError
 from ..models import DownloadResult
 from ._partial import PartOf, open_part
@@ -297,7 +297,10 @@ async def download_to_file(
     """Download into `dest`'s partial file, renamed into place only when complete.
 
     With `resume`, a partial file a dead process left (`_partial`) is continued where its
-    sidecar vouches for it; a download that fails or is cancelled here removes its own.
+    sidecar vouches for it. A download that fails here for a reason a later try may not
+    meet (`_retry.is_transient`: an outage, a timeout) keeps its partial file, when the data
+    center showed it can resume, for the next download of the same file to continue; any
+    other failure, and a cancellation, removes it.
     """
     clock = request.plane.calls.clock
     started = clock()
@@ -332,7 +335,8 @@ async def download_to_file(
         # whole file), and the call ends cancelled all the same.
         held = await sink.quiesce()
         part.handle.close()
-        part.discard()
+        if not (resume and part.resumable and is_transient(exc)):
+            part.discard()
         raise_held(held, exc)
         raise
     return DownloadResult(

@@ -77,6 +77,12 @@ class PartFile:
         scratch.write_text(json.dumps(body))
         os.replace(scratch, self.sidecar)  # whole or not at all, even if the process dies
 
+    @property
+    def resumable(self) -> bool:
+        """Whether the sidecar says the data center resumes this file (a later download
+        may continue the part with `Range`)."""
+        return self._recorded is not None and self._recorded[1] and self._recorded[0] is not None
+
     def discard(self) -> None:
         """Remove the sidecar and the part (the handle must be closed first)."""
         for path in (self.sidecar, self.path):
