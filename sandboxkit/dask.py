@@ -7,8 +7,14 @@ each shard runs on a Dask worker with its own `Client` built from a picklable
 Shards are contiguous runs of the job list, so jobs listed together (usually the files of
 one sandbox) share a worker and its connection pool to that sandbox host.
 
-This module never imports dask: it only calls `map` and `gather` on the `distributed.Client`
-you pass, so `import sandboxkit` works without the extra installed.
+A lost worker costs only what it was doing. Dask reruns the shards of a worker that died
+(up to `distributed.scheduler.allowed-failures` times); a rerun shard does not fetch again
+the files an earlier attempt of the same call finished, and continues the partial files it
+left with `Range`. A shard Dask gives up on (`distributed.KilledWorker`) fails only its own
+jobs: outcomes are collected shard by shard as they finish, never all-or-nothing.
+
+This module imports `distributed` only inside `download_many_on_dask` (for `as_completed`),
+so `import sandboxkit` and `import sandboxkit.dask` work without the extra installed.
 
 Example::
 
@@ -25,9 +31,14 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import os
 import pickle
+import re
+import stat
 import time
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 from . import batch
@@ -35,6 +46,7 @@ from ._client_config import ClientConfig
 from .client import Client
 from .errors import SandboxKitError, ValidationError
 from .models import DownloadResult
+from .resources._partial import clear_leftovers
 
 __all__ = ["DaskClientLike", "download_many_on_dask"]
 
@@ -43,13 +55,11 @@ ShardResult = tuple[tuple[Outcome, ...], batch.BatchSummary]
 
 
 class DaskClientLike(Protocol):
-    """The part of `distributed.Client` this module uses."""
+    """The part of `distributed.Client` this module uses (its `loop`, if it has one, is
+    handed to `distributed.as_completed`)."""
 
     def map(self, func: Any, *iterables: Any, **kwargs: Any) -> Any:
         """Submit `func` over the iterables; returns futures."""
-
-    def gather(self, futures: Any, **kwargs: Any) -> Any:
-        """Wait for futures and return their results."""
 
     def scheduler_info(self, **kwargs: Any) -> Any:
         """The scheduler's view of the cluster (its `workers`)."""
@@ -63,11 +73,25 @@ def download_many_on_dask(
     shards: int | None = None,
     concurrency_per_worker: int = 64,
     checksum: bool = True,
+    skip_existing: bool = False,
 ) -> batch.BatchResult[batch.DownloadJob, DownloadResult]:
     """Run `batch.download_many` over `jobs`, shard by shard, on Dask workers.
 
     Local paths are paths on the workers (a shared file system, or each worker's own disk).
-    Blocks until every shard is done; call it from synchronous code (or a thread).
+    Blocks until every shard is done or lost; call it from synchronous code (or a thread).
+
+    A shard Dask runs again after its worker died skips the jobs whose local file was
+    finished during this call: a file that exists with a modification time at or after
+    the moment this call started (downloads land whole, by rename). Such a job is done,
+    with a `DownloadResult` read back from the disk: its size, its sha256 (the file is
+    read when `checksum`), `attempts=0` and `resumes=0` (the requests of the dead attempt
+    are not known). An older local file is downloaded again and replaced, as always
+    (unless `skip_existing`). The comparison is between this machine's clock and the
+    clock that stamps the workers' files: timestamps the file system rounds down, and a
+    stamping clock behind this one, only make a finished file look older, so it is
+    fetched again (safe). A stamping clock *ahead* of this one by d seconds can make a
+    file an earlier call finished less than d seconds before this call started look
+    like this call's, and it is kept instead of fetched again: keep the clocks in sync.
 
     Args:
         dask_client: a connected `distributed.Client`.
@@ -77,17 +101,27 @@ def download_many_on_dask(
             shards than workers balance uneven shards at the cost of more Client setups.
         concurrency_per_worker: downloads in flight within one shard.
         checksum: compute each file's sha256.
+        skip_existing: report a job whose local file exists (from before this call) as
+            skipped, sending nothing (see `batch.download_many`); use it to rerun a call
+            whose shards were lost.
 
     Returns:
-        One `BatchResult` for the whole list: outcomes in job order, summed totals, and the
-        elapsed time seen from here.
+        One `BatchResult` for the whole list: one outcome per job, in job order, summed
+        totals, and the elapsed time seen from here. A shard that could not finish (Dask
+        gave up on it with `distributed.KilledWorker`, or it raised anything else) reports
+        each of its jobs as failed with that exception, counted in `summary.failed`; the
+        files it finished are on disk, and a rerun with `skip_existing=True` keeps them.
 
     Raises:
-        ValidationError: a bad job (named by index), config or count, before any submission;
-            or a shard's own pre-flight check on its worker (e.g. a missing local directory),
-            named by the shard's first job index.
+        ValidationError: a bad job (named by index), config or count, or two jobs with
+            the same local path, before any submission; or a shard's own pre-flight check
+            on its worker (e.g. a missing local directory), named by the shard's first
+            job index and the job's. The latter is a mistake in the job list, as it is
+            for `batch.download_many`, so it is raised (as soon as it arrives) rather
+            than reported per job; shards already running are not stopped.
     """
     started = time.monotonic()
+    since = time.time_ns()  # wall clock: what a rerun shard compares local files with
     if not isinstance(config, ClientConfig):
         raise ValidationError("config must be a sandboxkit.ClientConfig")
     for name, value in (("concurrency_per_worker", concurrency_per_worker), ("shards", shards)):
@@ -96,11 +130,7 @@ def download_many_on_dask(
         if value is not None and value < 1:
             raise ValidationError(f"{name} must be >= 1, got {value}")
     todo = list(jobs)
-    for index, job in enumerate(todo):
-        try:
-            batch.check_job(job, batch.DownloadJob)
-        except ValidationError as exc:
-            raise ValidationError(f"jobs[{index}]: {exc}") from None
+    _check_jobs(todo)
     if not todo:
         return batch.BatchResult((), _merge([], time.monotonic() - started))
     count = shards if shards is not None else max(1, len(dask_client.scheduler_info()["workers"]))
@@ -113,11 +143,64 @@ def download_many_on_dask(
         offsets,
         [concurrency_per_worker] * len(pieces),
         [checksum] * len(pieces),
+        [skip_existing] * len(pieces),
+        [since] * len(pieces),
         pure=False,  # the same shard twice is two downloads, not one cached result
     )
-    results: list[ShardResult] = dask_client.gather(futures)
+    results = _collect(dask_client, list(futures), pieces)
     outcomes = tuple(o for shard_outcomes, _ in results for o in shard_outcomes)
     return batch.BatchResult(outcomes, _merge([s for _, s in results], time.monotonic() - started))
+
+
+def _check_jobs(todo: Sequence[batch.DownloadJob]) -> None:
+    """Each job's shape, and no local path twice: a rerun shard would take one job's
+    finished file for the other's."""
+    seen: dict[Path, int] = {}
+    for index, job in enumerate(todo):
+        try:
+            batch.check_job(job, batch.DownloadJob)
+            if job.local in seen:  # as given: the workers resolve relative paths, not us
+                raise ValidationError(
+                    f"local path {str(job.local)!r} is also jobs[{seen[job.local]}]'s"
+                )
+        except ValidationError as exc:
+            raise ValidationError(f"jobs[{index}]: {exc}") from None
+        seen[job.local] = index
+
+
+def _collect(
+    dask_client: DaskClientLike, futures: list[Any], pieces: Sequence[list[batch.DownloadJob]]
+) -> list[ShardResult]:
+    """Each shard's result as its future finishes; a lost shard's jobs fail with its error."""
+    from distributed import as_completed  # lazily: the extra is optional
+
+    results: dict[int, ShardResult] = {}
+    index_of = {id(future): index for index, future in enumerate(futures)}
+    loop = getattr(dask_client, "loop", None)  # the futures' own client, not the default one
+    for future in as_completed(futures, loop=loop):  # type: ignore[no-untyped-call]
+        index = index_of[id(future)]
+        try:
+            results[index] = future.result()
+        except ValidationError:
+            raise  # the job list is wrong (see the docstring), not the cluster
+        except Exception as exc:  # KilledWorker, a cancelled future, anything the task raised
+            results[index] = _lost(pieces[index], exc)
+    return [results[index] for index in range(len(futures))]  # each future comes out once
+
+
+def _lost(jobs: Sequence[batch.DownloadJob], error: BaseException) -> ShardResult:
+    outcomes = tuple(batch.JobOutcome(job, None, error) for job in jobs)
+    summary = batch.BatchSummary(
+        total=len(jobs),
+        done=0,
+        failed=len(jobs),
+        bytes=0,
+        attempts=0,
+        retries=0,
+        resumes=0,
+        elapsed=0.0,
+    )
+    return outcomes, summary
 
 
 def _split(todo: Sequence[batch.DownloadJob], count: int) -> list[list[batch.DownloadJob]]:
@@ -156,21 +239,83 @@ def _run_shard(
     offset: int,
     concurrency: int,
     checksum: bool,
+    skip_existing: bool,
+    since: int,
 ) -> ShardResult:
-    """On a worker: one Client, one event loop, one `download_many` over the shard."""
+    """On a worker: what an earlier attempt of this call finished, read back from disk;
+    then one Client, one event loop, one `download_many` over the rest."""
+    started = time.monotonic()
+    finished = _finished_since(jobs, since, checksum)
+    rest = [index for index in range(len(jobs)) if index not in finished]
 
     async def main() -> batch.BatchResult[batch.DownloadJob, DownloadResult]:
         async with Client.from_config(config) as client:
             return await batch.download_many(
-                client, jobs, concurrency=concurrency, checksum=checksum
+                client,
+                [jobs[index] for index in rest],
+                concurrency=concurrency,
+                checksum=checksum,
+                skip_existing=skip_existing,
             )
 
-    try:
-        # Dask runs tasks in worker threads without a running loop, so a fresh one is ours.
-        result = asyncio.run(main())
-    except ValidationError as exc:
-        raise ValidationError(f"shard starting at jobs[{offset}]: {exc}") from None
-    return tuple(_portable(o) for o in result.outcomes), result.summary
+    fetched: tuple[Outcome, ...] = ()
+    summary = batch.BatchSummary(0, 0, 0, 0, 0, 0, 0, 0.0)
+    if rest:
+        try:
+            # Dask runs tasks in worker threads without a running loop, so a fresh one is ours.
+            result = asyncio.run(main())
+        except ValidationError as exc:
+            # Its job indices count the jobs sent to download_many: name them in the call's.
+            message = re.sub(
+                r"jobs\[(\d+)\]", lambda m: f"jobs[{offset + rest[int(m[1])]}]", str(exc)
+            )
+            raise ValidationError(f"shard starting at jobs[{offset}]: {message}") from None
+        fetched, summary = tuple(_portable(o) for o in result.outcomes), result.summary
+    outcomes = dict(zip(rest, fetched, strict=True))
+    outcomes.update((i, batch.JobOutcome(jobs[i], r, None)) for i, r in finished.items())
+    summary = batch.BatchSummary(
+        total=summary.total + len(finished),
+        done=summary.done + len(finished),
+        failed=summary.failed,
+        skipped=summary.skipped,
+        bytes=summary.bytes + sum(r.size for r in finished.values()),
+        attempts=summary.attempts,  # the dead attempt's requests are not known: 0
+        retries=summary.retries,
+        resumes=summary.resumes,
+        elapsed=time.monotonic() - started,
+    )
+    return tuple(outcomes[index] for index in range(len(jobs))), summary
+
+
+def _finished_since(
+    jobs: Sequence[batch.DownloadJob], since: int, checksum: bool
+) -> dict[int, DownloadResult]:
+    """The jobs whose local file was renamed into place at or after `since` (ns, wall
+    clock): an earlier attempt of this call, on a worker since lost, finished them."""
+    finished: dict[int, DownloadResult] = {}
+    for index, job in enumerate(jobs):
+        try:
+            info = os.stat(job.local)
+            if not stat.S_ISREG(info.st_mode) or info.st_mtime_ns < since:
+                continue
+            digest = _sha256(job.local) if checksum else None
+        except OSError:
+            continue  # not there, or unreadable: download_many deals with it as usual
+        clear_leftovers(job.local)  # a sidecar a kill between rename and cleanup left
+        finished[index] = DownloadResult(
+            path=job.local,
+            size=info.st_size,
+            sha256=digest,
+            attempts=0,
+            resumes=0,
+            elapsed=0.0,
+        )
+    return finished
+
+
+def _sha256(path: Path) -> str:
+    with path.open("rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def _portable(outcome: Outcome) -> Outcome:
