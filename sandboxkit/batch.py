@@ -214,6 +214,11 @@ async def upload_many(
 ) -> BatchResult[UploadJob, FileEntry]:
     """Upload every job's local file, at most `concurrency` at a time.
 
+    There is no `skip_existing` here: the data plane shows no way to learn whether a remote
+    file exists, or what it holds, short of downloading it, and an upload replaces the file
+    whole. Rerunning a killed batch uploads every job again, which is safe (each upload is
+    idempotent) but not free.
+
     Args:
         client: the Client whose pools and retry policy every job shares.
         jobs: what to upload; all are checked (local files must exist) before any request.
