@@ -67,6 +67,8 @@ async def stat_route(request: web.Request) -> web.StreamResponse:
 class StatEmulator(Emulator):
     """The emulator with the extra route, registered under its operation name."""
 
+    route_names = Emulator.route_names | {"files.stat"}  # so faults and journal accept it
+
     def _data_app(self) -> web.Application:
         app = super()._data_app()
         app[ROUTES].add(app, "GET", STAT_PATH, stat_route, "files.stat")

@@ -208,7 +208,7 @@ async def test_each_secret_reaches_only_its_own_host(emulator: Emulator, tmp_pat
     for entry in console:
         assert "X-Access-Token" not in entry.headers
         assert secrets_in(_carried(entry), tokens.values()) == []
-        if entry.route == "v1.oauth":
+        if entry.route == "v1.oauth.exchange":
             assert "Authorization" not in entry.headers
         else:
             assert entry.headers["Authorization"] == f"Bearer {emulator.api_key}"

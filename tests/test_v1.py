@@ -33,7 +33,7 @@ async def test_exchange_oauth_code_sends_no_credentials(
     token = await emulator_client.v1.exchange_oauth_code("github", emulator.oauth_code)
     assert isinstance(token, sandboxkit.OAuthToken)
     assert token.access_token
-    recorded = _only(emulator, "v1.oauth")
+    recorded = _only(emulator, "v1.oauth.exchange")
     assert (recorded.method, recorded.path, recorded.status) == ("POST", "/api/v1/oauth/token", 200)
     assert "Authorization" not in recorded.headers
     assert recorded.body_size > 0
@@ -63,7 +63,7 @@ async def test_exchange_oauth_code_bad_input_sends_nothing(
     """An empty, multi-line or non-string provider or code is refused before any request."""
     with pytest.raises(sandboxkit.ValidationError):
         await emulator_client.v1.exchange_oauth_code(provider, code)
-    assert emulator.journal_for("v1.oauth") == []
+    assert emulator.journal_for("v1.oauth.exchange") == []
 
 
 # --- API keys ---------------------------------------------------------------------------------
@@ -333,7 +333,7 @@ async def test_gets_are_retried_on_502(
 @pytest.mark.parametrize(
     ("route", "call"),
     [
-        ("v1.oauth", lambda c, e: c.v1.exchange_oauth_code("github", e.oauth_code)),
+        ("v1.oauth.exchange", lambda c, e: c.v1.exchange_oauth_code("github", e.oauth_code)),
         ("v1.api_keys.create", lambda c, e: c.v1.create_api_key(e.org_id, "ci")),
     ],
 )

@@ -7,7 +7,9 @@ from typing import Any
 
 from aiohttp import web
 
+from .. import _operations as ops
 from ._core import CORE, REQUEST_ID, ROUTES, Core
+from ._routes import EMULATOR_PRODUCTS
 from ._state import PRODUCTS, Build, Template, canonical
 from ._validate import check_idempotency_key, int_query, invalid, template_request
 from ._wire import V2Problem, iso, json_response
@@ -179,8 +181,8 @@ def add_v2_routes(app: web.Application) -> None:
     """Register every v2 route with its name."""
     table = app[ROUTES]
     builds = "/api/v2/templates/{template_id}/builds"
-    table.add(app, "POST", "/api/v2/templates", create_template, "templates.create")
-    table.add(app, "GET", builds, list_builds, "builds.list")
-    table.add(app, "POST", builds + "/{build_id}", start_build, "builds.start")
-    table.add(app, "GET", builds + "/{build_id}/logs", build_logs, "builds.logs")
-    table.add(app, "GET", "/api/v2/products", list_products, "v2.products")
+    table.add(app, "POST", "/api/v2/templates", create_template, ops.TEMPLATES_CREATE)
+    table.add(app, "GET", builds, list_builds, ops.BUILDS_LIST)
+    table.add(app, "POST", builds + "/{build_id}", start_build, ops.BUILDS_START)
+    table.add(app, "GET", builds + "/{build_id}/logs", build_logs, ops.BUILDS_LOGS)
+    table.add(app, "GET", "/api/v2/products", list_products, EMULATOR_PRODUCTS)

@@ -10,6 +10,7 @@ from pathlib import Path
 from aiohttp import web
 
 from ._faults import Fault, FaultPlan
+from ._routes import ROUTE_NAMES
 from ._sandboxes import Sandbox, SandboxRegistry
 from ._state import ControlState
 from ._v1state import V1State
@@ -34,6 +35,11 @@ class RouteTable:
         route = app.router.add_route(method, path, handler)
         self._names[route] = name
 
+    @property
+    def names(self) -> frozenset[str]:
+        """The route names registered so far."""
+        return frozenset(self._names.values())
+
     def name_of(self, request: web.Request) -> str | None:
         """The route name of ``request``, None when no route matched."""
         return self._names.get(request.match_info.route)
@@ -51,6 +57,7 @@ class Core:
         clock: Callable[[], float],
         build_seconds: float,
         base: Path,
+        route_names: frozenset[str] = ROUTE_NAMES,
     ) -> None:
         names = [idc.name for idc in idcs]
         if not idcs or len(set(names)) != len(names):
@@ -64,7 +71,7 @@ class Core:
         self.control = ControlState(clock, build_seconds)
         self.v1 = V1State(clock, names)
         self.sandboxes = SandboxRegistry(base)
-        self.faults = FaultPlan()
+        self.faults = FaultPlan(route_names)
         self.journal: list[RecordedRequest] = []
         self.domain = ""
         self.scheme = "http"

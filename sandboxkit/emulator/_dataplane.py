@@ -18,6 +18,7 @@ from typing import IO, Any, TypeVar
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
+from .. import _operations as ops
 from ._core import FAULT, ROUTES, SANDBOX
 from ._multipart import MultipartError, MultipartStream, boundary_of
 from ._sandboxes import Sandbox
@@ -266,5 +267,5 @@ async def _store(stream: MultipartStream, staged: Path, limit: int | None) -> No
 def add_data_routes(app: web.Application) -> None:
     """Register the data-plane routes with their names."""
     table = app[ROUTES]
-    table.add(app, "GET", "/files", download, "files.download")
-    table.add(app, "POST", "/files", upload, "files.upload")
+    table.add(app, "GET", "/files", download, ops.FILES_DOWNLOAD)
+    table.add(app, "POST", "/files", upload, ops.FILES_UPLOAD)

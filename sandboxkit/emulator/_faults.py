@@ -12,6 +12,8 @@ from collections.abc import Iterable, Mapping
 
 import attrs
 
+from ._routes import ROUTE_NAMES, check_routes
+
 __all__ = ["Fault", "FaultPlan"]
 
 _KINDS = ("status", "delay", "cut", "cut_before_headers", "garbage")
@@ -125,12 +127,21 @@ def _check_rates(rates: Mapping[str, float]) -> tuple[tuple[str, float], ...]:
 class FaultPlan:
     """Which answers get a fault: scripted per route first, then seeded-random ones.
 
+    Routes are named as the SDK names the operation they serve (``"files.download"``,
+    ``"builds.list"``: the name in its logs and errors); an unknown name raises
+    ``ValueError`` at once, listing the known ones.
+
+    Args:
+        routes: the route names that may be given; default every route of a stock
+            :class:`Emulator` (``Emulator.route_names``).
+
     Attributes:
         injected: how many faults of each kind were actually injected, e.g.
             ``Counter({"429": 3, "cut": 1})``.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, routes: Iterable[str] = ROUTE_NAMES) -> None:
+        self._routes = frozenset(routes)
         self._scripts: dict[str, deque[Fault]] = {}
         self._rule: _RandomRule | None = None
         self._rng = _random.Random(0)
@@ -140,7 +151,11 @@ class FaultPlan:
         """Give the next answers of ``route`` these faults, in order; later ones are normal.
 
         Calling it again for the same route appends to what is still pending.
+
+        Raises:
+            ValueError: ``route`` is not a route name.
         """
+        check_routes([route], self._routes)
         self._scripts.setdefault(route, deque()).extend(faults)
 
     def random(
@@ -158,9 +173,19 @@ class FaultPlan:
                 ``Retry-After: 0``), ``"cut"`` (offset drawn within the body by the same
                 generator) and ``"cut_before_headers"``. One draw per request decides.
             routes: the route names affected; None means every route.
+
+        Raises:
+            ValueError: an unknown fault or route name, or rates out of range.
         """
-        self._rule = _RandomRule(_check_rates(rates), None if routes is None else frozenset(routes))
+        checked = _check_rates(rates)
+        chosen = None if routes is None else frozenset(check_routes(routes, self._routes))
+        self._rule = _RandomRule(checked, chosen)
         self._rng = _random.Random(seed)
+
+    @property
+    def routes(self) -> frozenset[str]:
+        """The route names this plan accepts."""
+        return self._routes
 
     def clear(self) -> None:
         """Drop every scripted and random fault and reset :attr:`injected`."""
@@ -169,7 +194,12 @@ class FaultPlan:
         self.injected.clear()
 
     def pending(self, route: str) -> int:
-        """How many scripted faults are still waiting for ``route``."""
+        """How many scripted faults are still waiting for ``route``.
+
+        Raises:
+            ValueError: ``route`` is not a route name.
+        """
+        check_routes([route], self._routes)
         return len(self._scripts.get(route, ()))
 
     def take(self, route: str | None) -> Fault | None:

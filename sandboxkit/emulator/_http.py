@@ -14,6 +14,7 @@ import attrs
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
+from .. import _operations as ops
 from ._core import CORE, FAULT, REQUEST_ID, ROUTES, SANDBOX, Core
 from ._dataplane import cut_transport
 from ._faults import Fault
@@ -131,7 +132,7 @@ def _fault_problem(surface: str, route: str | None, fault: Fault) -> Problem:
     if surface == "data":
         problem = DataProblem(status, _FAULT_MESSAGES.get(status, "data plane error"))
     elif surface == "v1":
-        if route == "v1.organizations.get" and status == 500:
+        if route == ops.V1_ORGANIZATIONS_GET and status == 500:
             problem = v1_domain_error(500, "organization", 1201, "database error")
         else:
             problem = v1_domain_error(status, "gateway", status, "injected failure")
@@ -277,7 +278,7 @@ async def console_middleware(request: web.Request, handler: Handler) -> web.Stre
     slot = request[SLOT] = JournalSlot(core, request, _record(request, "console", route, None))
 
     def authenticate() -> None:
-        if route == "v1.oauth" or core.bearer_ok(request.headers.get("Authorization")):
+        if route == ops.V1_OAUTH_EXCHANGE or core.bearer_ok(request.headers.get("Authorization")):
             return
         if surface == "v1":
             raise v1_domain_error(401, "auth", 1100, "authentication required")

@@ -12,7 +12,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 from aiohttp import web
 
@@ -24,6 +24,7 @@ from ._faults import FaultPlan
 from ._http import console_middleware, data_middleware, record_prepared
 from ._outage import DeadListener, Outage
 from ._resolver import DATA_PLANE_SUFFIX, EmulatorResolver
+from ._routes import ROUTE_NAMES, check_routes
 from ._tls import CertificateAuthority, client_context, server_context
 from ._v1 import add_v1_routes
 from ._values import Idc, RecordedRequest
@@ -57,10 +58,18 @@ class Emulator:
         host: the address both servers listen on (127.0.0.1 unless told otherwise).
         port, data_port: fixed ports; 0 picks free ones.
 
+    Each route is named as the SDK names the operation it serves (``"files.download"``,
+    ``"builds.list"``, ``"v1.organizations.get"``...: the name in its logs and errors), the
+    emulator's own routes ``emulator.``-something; :attr:`route_names` holds them all.
+
     Example:
         >>> async with Emulator() as emu:  # doctest: +SKIP
         ...     body = await emu.create_sandbox()
     """
+
+    #: Every route name this emulator serves, the names :attr:`faults` and
+    #: :meth:`journal_for` accept. A subclass that registers another route adds its name.
+    route_names: ClassVar[frozenset[str]] = ROUTE_NAMES
 
     def __init__(
         self,
@@ -87,6 +96,7 @@ class Emulator:
             clock=clock or time.time,
             build_seconds=build_seconds,
             base=Path(),
+            route_names=self.route_names,
         )
         self._ca = ca
         self._host = host
@@ -271,7 +281,12 @@ class Emulator:
         return self._core.journal
 
     def journal_for(self, route: str) -> list[RecordedRequest]:
-        """The journal entries of one route name."""
+        """The journal entries of one route name.
+
+        Raises:
+            ValueError: ``route`` is not one of :attr:`route_names`.
+        """
+        check_routes([route], self.route_names)
         return [r for r in self._core.journal if r.route == route]
 
     @property

@@ -10,6 +10,7 @@ from typing import Any
 
 from aiohttp import web
 
+from .. import _operations as ops
 from ._core import CORE, ROUTES, Core
 from ._wire import UUID_RE, V1Problem, iso, json_response, v1_domain_error
 
@@ -297,18 +298,18 @@ def add_v1_routes(app: web.Application) -> None:
     table = app[ROUTES]
     v1 = "/api/v1"
     for method, path, handler, name in (
-        ("POST", "/oauth/token", oauth_token, "v1.oauth"),
-        ("POST", "/organizations/{org_id}/api-keys", create_api_key, "v1.api_keys.create"),
-        ("GET", "/organizations/{org_id}", get_organization, "v1.organizations.get"),
-        ("GET", "/images", list_images, "v1.images.list"),
-        ("GET", "/templates/{id}", get_template, "v1.templates.get"),
-        ("GET", "/templates", list_templates, "v1.templates.list"),
-        ("POST", "/containers", create_containers, "v1.containers.create"),
-        ("GET", "/containers/{id}", get_container, "v1.containers.get"),
-        ("DELETE", "/containers/{id}", delete_container, "v1.containers.delete"),
-        ("POST", "/containers/{id}/shell", container_shell, "v1.containers.shell"),
-        ("POST", "/elastic-ips/{id}/associate", associate_eip, "v1.elastic_ips.associate"),
-        ("DELETE", "/elastic-ips/{id}", release_eip, "v1.elastic_ips.release"),
-        ("DELETE", "/vpcs/{id}", release_vpc, "v1.vpcs.release"),
+        ("POST", "/oauth/token", oauth_token, ops.V1_OAUTH_EXCHANGE),
+        ("POST", "/organizations/{org_id}/api-keys", create_api_key, ops.V1_API_KEYS_CREATE),
+        ("GET", "/organizations/{org_id}", get_organization, ops.V1_ORGANIZATIONS_GET),
+        ("GET", "/images", list_images, ops.V1_IMAGES_LIST),
+        ("GET", "/templates/{id}", get_template, ops.V1_TEMPLATES_GET),
+        ("GET", "/templates", list_templates, ops.V1_TEMPLATES_LIST),
+        ("POST", "/containers", create_containers, ops.V1_CONTAINERS_CREATE),
+        ("GET", "/containers/{id}", get_container, ops.V1_CONTAINERS_GET),
+        ("DELETE", "/containers/{id}", delete_container, ops.V1_CONTAINERS_DELETE),
+        ("POST", "/containers/{id}/shell", container_shell, ops.V1_CONTAINERS_SHELL),
+        ("POST", "/elastic-ips/{id}/associate", associate_eip, ops.V1_ELASTIC_IPS_ASSOCIATE),
+        ("DELETE", "/elastic-ips/{id}", release_eip, ops.V1_ELASTIC_IPS_RELEASE),
+        ("DELETE", "/vpcs/{id}", release_vpc, ops.V1_VPCS_RELEASE),
     ):
         table.add(app, method, v1 + path, handler, name)

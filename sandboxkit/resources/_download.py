@@ -18,6 +18,7 @@ import anyio
 import attrs
 from anyio.streams.memory import MemoryObjectSendStream
 
+from .. import _operations as ops
 from .._bodies import StreamingResponse
 from .._cancel import raise_held, wait_through_cancels
 from .._config import CallOptions, Timeout
@@ -31,7 +32,7 @@ from ._plane import DataPlane, Progress
 
 __all__ = ["Request", "check_destination", "download_to_file", "fetch", "read_all", "stream_chunks"]
 
-OPERATION = "files.download"
+OPERATION = ops.FILES_DOWNLOAD
 # Disk writes and hashing leave the event loop in batches of about this size (DESIGN 6).
 # 4 MiB, not 1: every batch costs a thread hop and a GIL hand-back, ~0.13 s of CPU per GiB
 # at 1 MiB on two cores (paired rounds of benchmarks/run.py). With one batch being written

@@ -21,6 +21,7 @@ from typing import IO, Any
 import anyio
 import attrs
 
+from .. import _operations as ops
 from .._answers import Reply
 from .._bodies import multipart_file
 from .._cancel import raise_held, wait_through_cancels
@@ -40,7 +41,7 @@ from ._plane import REPLY_LIMIT, DataPlane, Progress
 
 __all__ = ["Source", "make_source", "send_file"]
 
-OPERATION = "files.upload"
+OPERATION = ops.FILES_UPLOAD
 READ_SIZE = 1 << 20
 
 

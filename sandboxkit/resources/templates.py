@@ -8,6 +8,7 @@ from typing import Any
 
 import attrs
 
+from .. import _operations as ops
 from .. import _protocol as proto
 from .. import _validation as check
 from .._answers import unwrap_v2
@@ -29,7 +30,7 @@ async def _fetch_build_page(
     calls: Calls, path: str, cursor: BuildCursor, options: CallOptions
 ) -> Page[Build]:
     """The one request for a page of Builds, for the pager and for `builds_page` alike."""
-    request = proto.v2_request("GET", path, operation="templates.builds", params=cursor.params())
+    request = proto.v2_request("GET", path, operation=ops.BUILDS_LIST, params=cursor.params())
     reply = await calls.send(request, options)
     page = decode_reply(reply, reply.payload, _BUILD_PAGE)
     request_id = reply.request_id
@@ -133,7 +134,7 @@ class Templates:
         request = proto.v2_request(
             "POST",
             proto.TEMPLATES_PATH,
-            operation="templates.create",
+            operation=ops.TEMPLATES_CREATE,
             json={k: v for k, v in body.items() if v is not None},
             headers={proto.IDEMPOTENCY_KEY: key},
             keyed=True,  # safe to resend: the key makes the service answer once
@@ -172,7 +173,7 @@ class Templates:
                 check.check_path_id("template_id", template_id),
                 check.check_path_id("build_id", build_id),
             ),
-            operation="templates.start_build",
+            operation=ops.BUILDS_START,
         )
         reply = await self._calls.send(request, CallOptions(timeout))
         return unwrap_v2(reply.payload)
@@ -280,7 +281,7 @@ class Templates:
         request = proto.v2_request(
             "GET",
             proto.build_logs_path(*ids),
-            operation="templates.build_logs",
+            operation=ops.BUILDS_LOGS,
             params=cursor.params(),
         )
         reply = await self._calls.send(request, options)

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, TypeVar
 
+from .. import _operations as ops
 from .. import _protocol as proto
 from .. import _validation as check
 from .._answers import Reply
@@ -81,7 +82,7 @@ class V1:
         request = proto.v1_request(
             "POST",
             proto.V1_OAUTH_TOKEN_PATH,
-            operation="v1.oauth.exchange",
+            operation=ops.V1_OAUTH_EXCHANGE,
             json=unstructure(body),
             authenticated=False,
         )
@@ -122,7 +123,7 @@ class V1:
         request = proto.v1_request(
             "POST",
             proto.api_keys_path(check.check_uuid("org_id", org_id)),
-            operation="v1.api_keys.create",
+            operation=ops.V1_API_KEYS_CREATE,
             json=unstructure(body),
         )
         reply = await self._calls.send(request, CallOptions(timeout))
@@ -148,7 +149,7 @@ class V1:
         request = proto.v1_request(
             "GET",
             proto.organization_path(check.check_uuid("org_id", org_id)),
-            operation="v1.organizations.get",
+            operation=ops.V1_ORGANIZATIONS_GET,
         )
         return await send_v1(self._calls, request, Organization, CallOptions(timeout, retry))
 
@@ -179,7 +180,7 @@ class V1:
         request = proto.v1_request(
             "GET",
             proto.V1_IMAGES_PATH,
-            operation="v1.images.list",
+            operation=ops.V1_IMAGES_LIST,
             params=[(key, value) for key, value in filters if value is not None],
         )
         return await send_v1(self._calls, request, tuple[Image, ...], CallOptions(timeout, retry))
@@ -203,7 +204,7 @@ class V1:
         request = proto.v1_request(
             "GET",
             proto.v1_template_path(check.check_uuid("template_id", template_id)),
-            operation="v1.templates.get",
+            operation=ops.V1_TEMPLATES_GET,
         )
         return await send_v1(self._calls, request, V1Template, CallOptions(timeout, retry))
 
@@ -225,7 +226,7 @@ class V1:
         request = proto.v1_request(
             "GET",
             proto.V1_TEMPLATES_PATH,
-            operation="v1.templates.list",
+            operation=ops.V1_TEMPLATES_LIST,
         )
         reply = await self._calls.send(request, CallOptions(timeout, retry))
         if not isinstance(reply.payload, list):

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TypeVar
 
+from .. import _operations as ops
 from .. import _protocol as proto
 from .. import _validation as check
 from .._calls import Calls, decode_reply
@@ -142,7 +143,7 @@ class Containers:
         request = proto.v1_request(
             "POST",
             proto.V1_CONTAINERS_PATH,
-            operation="v1.containers.create",
+            operation=ops.V1_CONTAINERS_CREATE,
             json=unstructure(spec),
         )
         return await send_v1(self._calls, request, ContainersCreated, CallOptions(timeout))
@@ -163,7 +164,7 @@ class Containers:
         request = proto.v1_request(
             "GET",
             proto.container_path(check.check_path_id("container_id", container_id)),
-            operation="v1.containers.get",
+            operation=ops.V1_CONTAINERS_GET,
         )
         return await send_v1(self._calls, request, Container, CallOptions(timeout, retry))
 
@@ -183,7 +184,7 @@ class Containers:
         request = proto.v1_request(
             "DELETE",
             proto.container_path(check.check_path_id("container_id", container_id)),
-            operation="v1.containers.delete",
+            operation=ops.V1_CONTAINERS_DELETE,
         )
         return await send_v1(self._calls, request, ActionResult, CallOptions(timeout, retry))
 
@@ -197,7 +198,7 @@ class Containers:
         request = proto.v1_request(
             "POST",
             proto.container_shell_path(check.check_path_id("container_id", container_id)),
-            operation="v1.containers.shell",
+            operation=ops.V1_CONTAINERS_SHELL,
         )
         return await send_v1(self._calls, request, ShellResult, CallOptions(timeout))
 
@@ -225,7 +226,7 @@ class ElasticIps:
         request = proto.v1_request(
             "POST",
             proto.elastic_ip_associate_path(check.check_path_id("elastic_ip_id", elastic_ip_id)),
-            operation="v1.elastic_ips.associate",
+            operation=ops.V1_ELASTIC_IPS_ASSOCIATE,
             json=unstructure(body),
         )
         return await send_v1(self._calls, request, ActionResult, CallOptions(timeout))
@@ -246,7 +247,7 @@ class ElasticIps:
         request = proto.v1_request(
             "DELETE",
             proto.elastic_ip_path(check.check_path_id("elastic_ip_id", elastic_ip_id)),
-            operation="v1.elastic_ips.release",
+            operation=ops.V1_ELASTIC_IPS_RELEASE,
         )
         return await send_v1(self._calls, request, ActionResult, CallOptions(timeout, retry))
 
@@ -273,6 +274,6 @@ class Vpcs:
         request = proto.v1_request(
             "DELETE",
             proto.vpc_path(check.check_path_id("vpc_id", vpc_id)),
-            operation="v1.vpcs.release",
+            operation=ops.V1_VPCS_RELEASE,
         )
         return await send_v1(self._calls, request, ActionResult, CallOptions(timeout, retry))

@@ -73,7 +73,7 @@ async def test_v2_status_fault_has_v2_body(
 ) -> None:
     """A status fault on the console renders the v2 error body with X-Request-ID."""
     clocked_emulator.faults.script(
-        "v2.products", Fault.status(429, retry_after="1"), Fault.status(503)
+        "emulator.products", Fault.status(429, retry_after="1"), Fault.status(503)
     )
     headers = {"Authorization": f"Bearer {clocked_emulator.api_key}"}
     async with raw_http.get(
@@ -112,7 +112,7 @@ async def test_garbage_answers(
     content_type: str,
 ) -> None:
     """Fault.garbage sends an arbitrary raw answer (malformed JSON, empty, wrong shape)."""
-    clocked_emulator.faults.script("v2.products", Fault.garbage(status, body, content_type))
+    clocked_emulator.faults.script("emulator.products", Fault.garbage(status, body, content_type))
     headers = {"Authorization": f"Bearer {clocked_emulator.api_key}"}
     async with raw_http.get(
         f"{clocked_emulator.base_url}/api/v2/products", headers=headers
@@ -154,7 +154,7 @@ async def test_cut_beyond_body_sends_everything(
 
 async def test_cut_json_answer(clocked_emulator: Emulator, raw_http: aiohttp.ClientSession) -> None:
     """A cut also breaks a JSON answer of the console mid-body."""
-    clocked_emulator.faults.script("v2.products", Fault.cut(after_bytes=10))
+    clocked_emulator.faults.script("emulator.products", Fault.cut(after_bytes=10))
     headers = {"Authorization": f"Bearer {clocked_emulator.api_key}"}
     async with raw_http.get(
         f"{clocked_emulator.base_url}/api/v2/products", headers=headers
