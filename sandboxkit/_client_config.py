@@ -18,7 +18,15 @@ from typing import Any
 
 import attrs
 
-from ._config import API_KEY_ENV, BASE_URL_ENV, Limits, RetryPolicy, Timeout
+from ._config import (
+    API_KEY_ENV,
+    BASE_URL_ENV,
+    DATA_PLANE_SCHEME_ENV,
+    Limits,
+    RetryPolicy,
+    Timeout,
+    resolve_data_plane_scheme,
+)
 from .errors import ValidationError
 
 __all__ = ["ClientConfig", "SSLFactory", "SSLOption"]
@@ -49,7 +57,7 @@ def _check_resolver(_: object, __: attrs.Attribute[Any], value: object) -> None:
 
 
 def _check_scheme(_: object, __: attrs.Attribute[Any], value: object) -> None:
-    if value not in ("http", "https"):
+    if value is not None and value not in ("http", "https"):
         raise ValidationError(f"data_plane_scheme must be 'http' or 'https', got {value!r}")
 
 
@@ -74,7 +82,9 @@ class ClientConfig:
         api_key: as for Client; None reads `SANDBOXKIT_API_KEY` where the Client is built
             (use `from_env()` to capture it now, on the driver). Never shown in `repr`.
         base_url: as for Client; None reads `SANDBOXKIT_BASE_URL` where the Client is built.
-        timeout, retry, limits, data_plane_scheme: as for Client.
+        data_plane_scheme: as for Client; None reads `SANDBOXKIT_DATA_PLANE_SCHEME` where the
+            Client is built (else "https").
+        timeout, retry, limits: as for Client.
         ssl: True (system store), False (no verification), a CA bundle path to trust, or a
             picklable zero-argument factory returning an `ssl.SSLContext`.
         resolver: a picklable zero-argument factory returning an aiohttp resolver (a
@@ -96,7 +106,7 @@ class ClientConfig:
     timeout: Timeout = attrs.field(factory=Timeout, validator=_check_type(Timeout))
     retry: RetryPolicy = attrs.field(factory=RetryPolicy, validator=_check_type(RetryPolicy))
     limits: Limits = attrs.field(factory=Limits, validator=_check_type(Limits))
-    data_plane_scheme: str = attrs.field(default="https", validator=_check_scheme)
+    data_plane_scheme: str | None = attrs.field(default=None, validator=_check_scheme)
     ssl: SSLOption = attrs.field(default=True, validator=_check_ssl)
     resolver: Callable[[], Any] | None = attrs.field(default=None, validator=_check_resolver)
 
@@ -114,14 +124,21 @@ class ClientConfig:
 
     @classmethod
     def from_env(cls, **options: Any) -> ClientConfig:
-        """A config with `api_key` and `base_url` read from the environment now.
+        """A config with `api_key`, `base_url` and `data_plane_scheme` read from the
+        environment now (`SANDBOXKIT_API_KEY`, `SANDBOXKIT_BASE_URL`,
+        `SANDBOXKIT_DATA_PLANE_SCHEME`).
 
         Args:
-            options: any other field; an explicit `api_key` or `base_url` wins over the
-                environment.
+            options: any other field; an explicit `api_key`, `base_url` or
+                `data_plane_scheme` wins over the environment.
+
+        Raises:
+            ValidationError: `SANDBOXKIT_DATA_PLANE_SCHEME` is set to neither http nor https.
         """
         options.setdefault("api_key", os.environ.get(API_KEY_ENV))
         options.setdefault("base_url", os.environ.get(BASE_URL_ENV))
+        if "data_plane_scheme" not in options and os.environ.get(DATA_PLANE_SCHEME_ENV):
+            options["data_plane_scheme"] = resolve_data_plane_scheme(None)
         return cls(**options)
 
     def make_ssl(self) -> ssl_module.SSLContext | bool:

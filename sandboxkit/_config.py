@@ -18,6 +18,7 @@ from .errors import ValidationError
 __all__ = [
     "API_KEY_ENV",
     "BASE_URL_ENV",
+    "DATA_PLANE_SCHEME_ENV",
     "NO_OPTIONS",
     "CallOptions",
     "Limits",
@@ -26,11 +27,13 @@ __all__ = [
     "at_least",
     "resolve_api_key",
     "resolve_base_url",
+    "resolve_data_plane_scheme",
     "seconds",
 ]
 
 API_KEY_ENV = "SANDBOXKIT_API_KEY"
 BASE_URL_ENV = "SANDBOXKIT_BASE_URL"
+DATA_PLANE_SCHEME_ENV = "SANDBOXKIT_DATA_PLANE_SCHEME"
 
 
 def resolve_api_key(api_key: str | None) -> str:
@@ -54,6 +57,25 @@ def resolve_base_url(base_url: str | None) -> str:
     if parts.query or parts.fragment:
         raise ValidationError("base_url must not carry a query or fragment")
     return value.strip().rstrip("/")
+
+
+def resolve_data_plane_scheme(scheme: str | None) -> str:
+    """The scheme given, else `$SANDBOXKIT_DATA_PLANE_SCHEME` (any case), else "https".
+
+    Raises:
+        ValidationError: the value is neither "http" nor "https" (the message says where it
+            came from).
+    """
+    if scheme is not None:
+        if scheme not in ("http", "https"):
+            raise ValidationError(f"data_plane_scheme must be 'http' or 'https', got {scheme!r}")
+        return scheme
+    value = os.environ.get(DATA_PLANE_SCHEME_ENV, "").strip().lower()
+    if not value:
+        return "https"
+    if value not in ("http", "https"):
+        raise ValidationError(f"{DATA_PLANE_SCHEME_ENV} must be http or https, got {value!r}")
+    return value
 
 
 Validator = Callable[[object, "attrs.Attribute[Any]", object], None]

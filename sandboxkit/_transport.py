@@ -22,6 +22,7 @@ from ._answers import Reply, decipher
 from ._bodies import StreamingResponse, read_capped
 from ._circuits import Circuits
 from ._config import Limits, Timeout
+from ._localhost import LocalhostResolver
 from ._pools import HostKey, HostPools
 from ._protocol import (
     ACCEPT_ENCODING,
@@ -81,7 +82,10 @@ class Transport:
         self._authorization = f"Bearer {api_key}"
         self.limits = limits
         self._ssl = ssl
-        self._resolver = resolver
+        # Without a resolver of the caller's, `*.localhost` is loopback (a standalone
+        # emulator's sandbox hosts) and every other name resolves as aiohttp's default does.
+        self._own_resolver = LocalhostResolver() if resolver is None else None
+        self._resolver = resolver if resolver is not None else self._own_resolver
         self._loop: asyncio.AbstractEventLoop | None = None
         self._control: aiohttp.ClientSession | None = None
         self._closed = False
@@ -301,3 +305,5 @@ class Transport:
         if self._control is not None:
             await self._control.close()
             self._control = None
+        if self._own_resolver is not None:  # a caller's resolver is the caller's to close
+            await self._own_resolver.close()

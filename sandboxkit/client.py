@@ -15,7 +15,15 @@ from ._answers import unwrap_v2
 from ._calls import Calls
 from ._cancel import raise_held, wait_through_cancels
 from ._client_config import ClientConfig
-from ._config import CallOptions, Limits, RetryPolicy, Timeout, resolve_api_key, resolve_base_url
+from ._config import (
+    CallOptions,
+    Limits,
+    RetryPolicy,
+    Timeout,
+    resolve_api_key,
+    resolve_base_url,
+    resolve_data_plane_scheme,
+)
 from ._transport import Transport
 from .errors import ValidationError
 from .resources.sandbox import Sandbox, address_from_response, check_address
@@ -37,9 +45,12 @@ class Client:
         timeout: default time limits; every operation takes a `timeout=` override.
         retry: default retry policy; every operation takes a `retry=` override.
         limits: connection pool bounds.
-        data_plane_scheme: "https" (the service) or "http" (the emulator without TLS).
+        data_plane_scheme: "https" (the service) or "http" (the emulator without TLS); env
+            `SANDBOXKIT_DATA_PLANE_SCHEME`, else "https".
         ssl: an SSLContext, True (verify with the system store) or False (no verification).
-        resolver: an aiohttp resolver used by every pool.
+        resolver: an aiohttp resolver used by every pool. Default: aiohttp's, except that
+            `localhost` and every `*.localhost` name are loopback (RFC 6761), as in curl
+            and browsers: a standalone emulator's sandbox hosts are `{key}.localhost:PORT`.
 
     Example::
 
@@ -56,14 +67,11 @@ class Client:
         timeout: Timeout | None = None,
         retry: RetryPolicy | None = None,
         limits: Limits | None = None,
-        data_plane_scheme: str = "https",
+        data_plane_scheme: str | None = None,
         ssl: ssl_module.SSLContext | bool = True,
         resolver: aiohttp.abc.AbstractResolver | None = None,
     ) -> None:
-        if data_plane_scheme not in ("http", "https"):
-            raise ValidationError(
-                f"data_plane_scheme must be 'http' or 'https', got {data_plane_scheme!r}"
-            )
+        data_plane_scheme = resolve_data_plane_scheme(data_plane_scheme)
         if not isinstance(ssl, ssl_module.SSLContext | bool):
             raise ValidationError("ssl must be an ssl.SSLContext or a bool")
         self.base_url = resolve_base_url(base_url)

@@ -315,7 +315,7 @@ class ClientOptions(TypedDict, total=False):
     timeout: Timeout | None
     retry: RetryPolicy | None
     limits: Limits | None
-    data_plane_scheme: str
+    data_plane_scheme: str | None
     ssl: ssl.SSLContext | bool
     resolver: AbstractResolver | None
 

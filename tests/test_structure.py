@@ -21,7 +21,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("errors", "models", "_version", "_record_decoder"),
     ("_config", "_protocol", "_convert", "_operations"),
     ("_answers", "_retry", "_validation", "_cursors", "_resume"),
-    ("_pools", "_circuits", "_cancel", "_translate"),
+    ("_pools", "_circuits", "_cancel", "_translate", "_localhost"),
     ("_bodies",),
     ("_transport",),
     ("_calls",),
@@ -109,9 +109,10 @@ def test_pure_modules_never_await_nor_touch_io_libraries(name: str) -> None:
 
 
 def test_aiohttp_only_at_the_boundary() -> None:
-    """aiohttp is imported only by the boundary (_translate, _bodies, _transport), client
-    (the resolver type) and the emulator."""
-    allowed = {"_translate", "_bodies", "_transport", "client"}
+    """aiohttp is imported only by the boundary (_translate, _bodies, _transport, and
+    _localhost: the default resolver is an aiohttp resolver), client (the resolver type)
+    and the emulator."""
+    allowed = {"_translate", "_bodies", "_transport", "_localhost", "client"}
     for module, path in modules():
         if module.split(".")[0] in {"emulator", "cli", "sync", "dask"} or module in allowed:
             continue

@@ -1,8 +1,8 @@
-"""`templates`, `builds` and `emulator` commands (files are in `_files.py`, demo in `_demo.py`)."""
+"""`templates` and `builds` commands (files are in `_files.py`, the emulator's in `_emulator.py`,
+demo in `_demo.py`); `emulator` is re-exported from here."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Mapping
 from datetime import datetime
@@ -17,8 +17,8 @@ from rich.text import Text
 
 import sandboxkit
 
-from ._app import Settings, fail, run_cancellable
-from ._emulator import serve
+from ._app import Settings
+from ._emulator import emulator
 
 __all__ = ["LEVEL_STYLES", "builds", "builds_table", "emulator", "log_line", "templates", "to_json"]
 
@@ -247,21 +247,3 @@ def builds_logs(
                     console.print(log_line(entry))
 
     settings.run(work)
-
-
-@click.command()
-@click.option("--host", default="127.0.0.1", show_default=True, help="Listen address.")
-@click.option("--port", type=click.IntRange(0, 65535), default=0, help="Console port (0: any).")
-@click.option("--data-port", type=click.IntRange(0, 65535), default=0, help="Data-plane port.")
-@click.option("--tls", is_flag=True, help="Serve HTTPS with a throwaway CA (needs trustme).")
-@click.pass_obj
-def emulator(settings: Settings, host: str, port: int, data_port: int, tls: bool) -> None:
-    """Run the service emulator in the foreground until Ctrl-C or SIGTERM (exit 0)."""
-    try:
-        run_cancellable(lambda: serve(host=host, port=port, data_port=data_port, tls=tls))
-    except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C or SIGTERM: a normal stop
-        click.echo("emulator stopped", err=True)
-    except click.ClickException:
-        raise
-    except Exception as exc:  # e.g. the port is taken: one line, no traceback
-        fail(exc, debug=settings.debug)

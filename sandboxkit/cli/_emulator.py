@@ -1,36 +1,28 @@
-"""`sandboxkit emulator`: the emulator's own foreground server, plus a TLS variant."""
+"""`sandboxkit emulator`: the emulator's own foreground server (TLS optional), and
+`sandboxkit emulator new-sandbox`, which asks a running one for another sandbox."""
 
 from __future__ import annotations
 
 import asyncio
 import importlib
+import json
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import click
 
-from sandboxkit.emulator import STANDALONE_IDCS, Emulator, serve_forever
+from sandboxkit.emulator import describe_sandbox, request_sandbox, serve_forever
 
-__all__ = ["serve"]
+from ._app import Settings, fail, run_cancellable
 
-
-def _hint(emu: Emulator, ca_file: Path | None = None) -> None:
-    """Print the environment that points the other commands at this emulator."""
-    lines = [
-        "use it from another shell:",
-        f"  export SANDBOXKIT_BASE_URL={emu.base_url} SANDBOXKIT_API_KEY={emu.api_key}",
-        f"  export SANDBOXKIT_DATA_PLANE_SCHEME={emu.data_plane_scheme}",
-    ]
-    if ca_file is not None:
-        lines.append(f"  export SANDBOXKIT_CA_FILE={ca_file}")
-    click.echo("\n".join(lines))
+__all__ = ["emulator", "serve"]
 
 
-async def serve(*, host: str, port: int, data_port: int, tls: bool) -> None:
+async def serve(*, host: str, port: int, data_port: int, tls: bool, sandboxes: int = 1) -> None:
     """Serve until cancelled; with `tls`, a throwaway CA whose certificate is printed."""
     if not tls:
-        await serve_forever(host=host, port=port, data_port=data_port, ready=_hint)
+        await serve_forever(host=host, port=port, data_port=data_port, sandboxes=sandboxes)
         return
     try:
         trustme: Any = importlib.import_module("trustme")
@@ -40,20 +32,92 @@ async def serve(*, host: str, port: int, data_port: int, tls: bool) -> None:
     with tempfile.TemporaryDirectory(prefix="sandboxkit-ca-") as tmp:
         ca_file = Path(tmp) / "ca.pem"
         ca.cert_pem.write_to_path(str(ca_file))
-        # The same data centers as the plain `serve_forever`, which takes no CA.
-        async with Emulator(
-            idcs=list(STANDALONE_IDCS), ca=ca, host=host, port=port, data_port=data_port
-        ) as emu:
-            body = await emu.create_sandbox()
-            data = body["data"]
-            click.echo(
-                "sandboxkit emulator running with TLS (Ctrl-C to stop)\n"
-                f"  base URL:          {emu.base_url}\n"
-                f"  API key:           {emu.api_key}\n"
-                f"  CA certificate:    {ca_file}\n"
-                f"  data-plane domain: {emu.domain}\n"
-                f"  sandbox_key:       {data['sandbox_key']}\n"
-                f"  sandbox token:     {data['sandbox_access_token']}"
-            )
-            _hint(emu, ca_file)
-            await asyncio.Event().wait()
+        await serve_forever(
+            host=host,
+            port=port,
+            data_port=data_port,
+            sandboxes=sandboxes,
+            ca=ca,
+            ca_file=str(ca_file),
+        )
+
+
+@click.group(invoke_without_command=True)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Listen address.")
+@click.option("--port", type=click.IntRange(0, 65535), default=0, help="Console port (0: any).")
+@click.option("--data-port", type=click.IntRange(0, 65535), default=0, help="Data-plane port.")
+@click.option("--tls", is_flag=True, help="Serve HTTPS with a throwaway CA (needs trustme).")
+@click.option(
+    "--sandboxes",
+    type=click.IntRange(1, 1000),
+    default=1,
+    show_default=True,
+    help="Sandboxes to make at start (the printed exports name the first).",
+)
+@click.pass_context
+def emulator(
+    ctx: click.Context, host: str, port: int, data_port: int, tls: bool, sandboxes: int
+) -> None:
+    """Run the service emulator in the foreground until Ctrl-C or SIGTERM (exit 0).
+
+    Sandbox hosts are {key}.localhost:PORT, loopback for curl and sandboxkit alike; the
+    printed export lines point `sandboxkit.Client()`, these commands and curl at it.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    settings: Settings = ctx.obj
+    try:
+        run_cancellable(
+            lambda: serve(host=host, port=port, data_port=data_port, tls=tls, sandboxes=sandboxes)
+        )
+    except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C or SIGTERM: a normal stop
+        click.echo("emulator stopped", err=True)
+    except click.ClickException:
+        raise
+    except Exception as exc:  # e.g. the port is taken: one line, no traceback
+        fail(exc, debug=settings.debug)
+
+
+@emulator.command("new-sandbox")
+@click.option(
+    "--base-url",
+    envvar="SANDBOXKIT_BASE_URL",
+    show_envvar=True,
+    help="The running emulator's console (its printed base URL).",
+)
+@click.option(
+    "--api-key", envvar="SANDBOXKIT_API_KEY", show_envvar=True, help="The emulator's API key."
+)
+@click.option("--idc", "idc_name", help="Data center (default: the emulator's default).")
+@click.option("--json", "as_json", is_flag=True, help="Print the create body as one JSON line.")
+@click.pass_obj
+def new_sandbox(
+    settings: Settings,
+    base_url: str | None,
+    api_key: str | None,
+    idc_name: str | None,
+    as_json: bool,
+) -> None:
+    """Make a sandbox on a running emulator and print the lines that reach it.
+
+    Calls the emulator-only route POST /_emulator/sandboxes (not part of the service).
+    """
+    base_url = base_url or settings.base_url
+    api_key = api_key or settings.api_key
+    if not base_url:
+        raise click.UsageError("no base URL: pass --base-url or set SANDBOXKIT_BASE_URL")
+    if not api_key:
+        raise click.UsageError("no API key: pass --api-key or set SANDBOXKIT_API_KEY")
+
+    async def work() -> dict[str, Any]:
+        return await request_sandbox(
+            base_url, api_key, idc_name=idc_name, ssl=settings.ssl_option()
+        )
+
+    body = settings.run(work)
+    if as_json:
+        click.echo(json.dumps(body, sort_keys=True))
+        return
+    # The emulator serves both planes with one scheme: its console's.
+    scheme = "https" if base_url.startswith("https:") else "http"
+    click.echo("\n".join(describe_sandbox(body, scheme=scheme, ca_file=settings.ca_file)))

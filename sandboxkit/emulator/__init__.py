@@ -1,10 +1,31 @@
 """An emulator of the whole service, on loopback, for tests without an account.
 
 ``Emulator`` runs two aiohttp.web servers on 127.0.0.1: the console (``/api/v1`` and
-``/api/v2``) and the data plane, virtual-hosted by ``Host: {sandbox_key}.sandbox.test:PORT``.
+``/api/v2``) and the data plane, virtual-hosted by ``Host: {sandbox_key}.{domain}:PORT``.
 It follows the service interface to the letter, error bodies included. Where the interface
 says "not shown", the emulator makes the choices below; clients must not depend on them
 beyond what the interface states.
+
+Data-plane domain
+    * Embedded (``Emulator()``), sandbox hosts are ``{key}.sandbox.test:PORT``: ``.test``
+      never resolves on real DNS (RFC 6761), so only ``emu.resolver`` (which ``emu.client()``
+      uses, and which refuses every other name) reaches them; code under test cannot reach
+      a sandbox, or anything else, it was not wired to.
+    * Standalone (``sandboxkit emulator``, ``python -m sandboxkit.emulator``,
+      ``serve_forever``), they are ``{key}.localhost:PORT``: RFC 6761 makes ``localhost``
+      and every name under it loopback, and curl, browsers and a ``sandboxkit.Client()``
+      without ``resolver=`` answer them so without a lookup. ``Emulator(domain=...)``
+      chooses; ``emu.resolver`` also answers ``localhost`` and ``*.localhost``.
+    * With a CA, the certificate names ``*.{domain}``; under a one-label domain such as
+      ``localhost``, where TLS clients refuse a wildcard, each sandbox host gets a
+      certificate of its own when a client first names it (SNI).
+    * The same 401 answers a ``Host`` outside the domain as an unknown sandbox.
+
+Emulator-only routes (not the service's; under ``/_emulator`` on the console)
+    * ``POST /_emulator/sandboxes`` (route ``emulator.sandboxes.create``), bearer-
+      authenticated like v2, body ``{}`` or ``{"idc_name": ...}`` (or none): 201 and the
+      body ``Emulator.create_sandbox`` returns. Errors are v2's (401, 400 for an unknown
+      data center or field). ``request_sandbox(base_url, api_key)`` calls it.
 
 Control plane v2
     * Template create answers 201; a replay (same ``Idempotency-Key``, same JSON body
@@ -73,7 +94,8 @@ Outages
       state kept; requests sent meanwhile are recorded on the ``Outage`` it yields.
 """
 
-from ._cli import main, serve_forever
+from ._admin import request_sandbox
+from ._cli import BANNER_END, describe_sandbox, main, serve_forever
 from ._faults import Fault, FaultPlan
 from ._outage import Outage, OutageRequest
 from ._resolver import EmulatorResolver
@@ -81,6 +103,7 @@ from ._server import Emulator
 from ._values import STANDALONE_IDCS, Idc, ManualClock, RecordedRequest
 
 __all__ = [
+    "BANNER_END",
     "STANDALONE_IDCS",
     "Emulator",
     "EmulatorResolver",
@@ -91,6 +114,8 @@ __all__ = [
     "Outage",
     "OutageRequest",
     "RecordedRequest",
+    "describe_sandbox",
     "main",
+    "request_sandbox",
     "serve_forever",
 ]

@@ -1,38 +1,94 @@
-"""``python -m sandboxkit.emulator``: run the emulator in the foreground until Ctrl-C."""
+"""``python -m sandboxkit.emulator``: run the emulator in the foreground until Ctrl-C.
+
+Started this way the emulator serves its sandboxes under ``localhost`` (``{key}.localhost:
+PORT``), which curl, browsers and a plain ``sandboxkit.Client()`` send to loopback, and
+prints the environment that points a Client, the ``sandboxkit`` command and curl at it.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import shlex
 import sys
-from collections.abc import Callable, Sequence
-from typing import TextIO
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TextIO
 
+from ._resolver import STANDALONE_DOMAIN
 from ._server import Emulator
+from ._tls import CertificateAuthority
 from ._values import STANDALONE_IDCS
 
-__all__ = ["main", "serve_forever"]
+__all__ = ["BANNER_END", "describe_sandbox", "main", "serve_forever"]
+
+# The banner's last line: a reader of the output has every detail once it sees this.
+BANNER_END = "Ctrl-C to stop"
+_TOKEN_HEADER = "X-Access-Token"  # the data plane's token header (the interface's name)
 
 
-def _describe(emu: Emulator, sandbox: dict[str, object], out: TextIO) -> None:
-    data = sandbox["data"]
-    assert isinstance(data, dict)
+def describe_sandbox(
+    body: Mapping[str, Any], *, scheme: str, ca_file: str | None = None
+) -> list[str]:
+    """The shell lines that reach one sandbox: its ``export`` line (the variables the
+    ``sandboxkit files`` commands read), then a curl upload and download of one file.
+
+    Args:
+        body: a create body (``emu.create_sandbox()``, ``request_sandbox()``).
+        scheme: the data plane's scheme, ``http`` or ``https``.
+        ca_file: the CA certificate curl must trust, for an emulator serving TLS.
+    """
+    data = body["data"]
+    key, domain, token = data["sandbox_key"], data["domain"], data["sandbox_access_token"]
+    url = f"{scheme}://{key}.{domain}/files?path=/home/user/hello.txt"
+    curl = ["curl", "-sS"]
+    if ca_file is not None:
+        curl += ["--cacert", ca_file]
+    curl += ["-H", f"{_TOKEN_HEADER}: {token}"]
+    return [
+        f"  export SANDBOXKIT_SANDBOX_KEY={key} SANDBOXKIT_SANDBOX_DOMAIN={domain} "
+        f"SANDBOXKIT_SANDBOX_TOKEN={token}",
+        "try its data plane with curl (upload, then download):",
+        "  echo hello | " + shlex.join([*curl, "-F", "file=@-", url]),
+        "  " + shlex.join([*curl, url]),
+    ]
+
+
+def _banner(
+    emu: Emulator, sandboxes: Sequence[Mapping[str, Any]], ca_file: str | None
+) -> list[str]:
+    tls = " with TLS" if ca_file is not None else ""
     lines = [
-        "sandboxkit emulator running (Ctrl-C to stop)",
+        f"sandboxkit emulator running{tls}",
         f"  base URL:          {emu.base_url}",
         f"  API key:           {emu.api_key}",
         f"  organization id:   {emu.org_id}",
         f"  OAuth code:        {emu.oauth_code}",
         f"  data-plane domain: {emu.domain}",
-        "  sandbox:",
-        f"    sandbox_key:          {data['sandbox_key']}",
-        f"    domain:               {data['domain']}",
-        f"    sandbox_access_token: {data['sandbox_access_token']}",
-        f"    data plane:           {emu.data_plane_scheme}://{data['sandbox_key']}.{emu.domain}",
-        "  (the data-plane host resolves only through the emulator's resolver,"
-        " or send 'Host: <key>.sandbox.test:<port>' to 127.0.0.1)",
     ]
-    print("\n".join(lines), file=out, flush=True)
+    if ca_file is not None:
+        lines.append(f"  CA certificate:    {ca_file}")
+    for number, body in enumerate(sandboxes, 1):
+        data = body["data"]
+        lines += [
+            "  sandbox:" if len(sandboxes) == 1 else f"  sandbox {number}:",
+            f"    sandbox_key:          {data['sandbox_key']}",
+            f"    domain:               {data['domain']}",
+            f"    sandbox_access_token: {data['sandbox_access_token']}",
+            f"    data plane:           {emu.data_plane_scheme}://{data['sandbox_key']}."
+            f"{data['domain']}",
+        ]
+    lines += [
+        "  more sandboxes: `sandboxkit emulator new-sandbox`, or POST /_emulator/sandboxes"
+        " with the API key as bearer",
+        "use it from another shell (a plain sandboxkit.Client() reads these):",
+        f"  export SANDBOXKIT_BASE_URL={emu.base_url} SANDBOXKIT_API_KEY={emu.api_key}",
+        f"  export SANDBOXKIT_DATA_PLANE_SCHEME={emu.data_plane_scheme}",
+    ]
+    if ca_file is not None:
+        lines.append(f"  export SANDBOXKIT_CA_FILE={ca_file}")
+    lines += describe_sandbox(sandboxes[0], scheme=emu.data_plane_scheme, ca_file=ca_file)
+    lines.append(BANNER_END)
+    return lines
 
 
 async def serve_forever(
@@ -42,20 +98,37 @@ async def serve_forever(
     data_port: int = 0,
     out: TextIO | None = None,
     ready: Callable[[Emulator], None] | None = None,
+    sandboxes: int = 1,
+    ca: CertificateAuthority | None = None,
+    ca_file: str | None = None,
 ) -> None:
-    """Run an emulator and one ready-made sandbox until cancelled, printing how to use them.
+    """Run an emulator with ready-made sandboxes until cancelled, printing how to use them.
+
+    Sandbox hosts are ``{key}.localhost:{data_port}``. The printed banner ends with the
+    line :data:`BANNER_END`.
 
     Args:
         host: the listening address (loopback unless told otherwise).
         port, data_port: the console and data-plane ports; 0 picks free ones.
         out: where to print the details (default stdout).
         ready: called with the running emulator once it serves (for embedding and tests).
+        sandboxes: how many sandboxes to make at start (at least 1; the banner's exports
+            name the first).
+        ca: serve TLS with certificates from this CA (``trustme.CA()``).
+        ca_file: where that CA's certificate is, for the banner's exports and curl lines.
     """
+    if sandboxes < 1:
+        raise ValueError("sandboxes must be at least 1")
     async with Emulator(
-        idcs=list(STANDALONE_IDCS), host=host, port=port, data_port=data_port
+        idcs=list(STANDALONE_IDCS),
+        ca=ca,
+        host=host,
+        port=port,
+        data_port=data_port,
+        domain=STANDALONE_DOMAIN,
     ) as emu:
-        sandbox = await emu.create_sandbox()
-        _describe(emu, sandbox, out or sys.stdout)
+        bodies = [await emu.create_sandbox() for _ in range(sandboxes)]
+        print("\n".join(_banner(emu, bodies, ca_file)), file=out or sys.stdout, flush=True)
         if ready is not None:
             ready(emu)
         await asyncio.Event().wait()
@@ -69,9 +142,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=0, help="console port (default: any free)")
     parser.add_argument("--data-port", type=int, default=0, help="data-plane port (default: any)")
+    parser.add_argument(
+        "--sandboxes", type=int, default=1, help="sandboxes to make at start (default 1)"
+    )
     args = parser.parse_args(argv)
+    if args.sandboxes < 1:
+        parser.error("--sandboxes must be at least 1")
     try:
-        asyncio.run(serve_forever(host=args.host, port=args.port, data_port=args.data_port))
+        asyncio.run(
+            serve_forever(
+                host=args.host, port=args.port, data_port=args.data_port, sandboxes=args.sandboxes
+            )
+        )
     except KeyboardInterrupt:
         print("stopped", file=sys.stderr)
     return 0

@@ -6,6 +6,7 @@ import hmac
 import secrets
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
@@ -15,7 +16,7 @@ from ._sandboxes import Sandbox, SandboxRegistry
 from ._state import ControlState
 from ._v1state import V1State
 from ._values import Idc, RecordedRequest
-from ._wire import V2Problem
+from ._wire import V2Problem, new_request_id
 
 __all__ = ["CORE", "FAULT", "REQUEST_ID", "ROUTES", "SANDBOX", "Core", "RouteTable", "new_api_key"]
 
@@ -57,6 +58,7 @@ class Core:
         clock: Callable[[], float],
         build_seconds: float,
         base: Path,
+        suffix: str,
         route_names: frozenset[str] = ROUTE_NAMES,
     ) -> None:
         names = [idc.name for idc in idcs]
@@ -73,7 +75,8 @@ class Core:
         self.sandboxes = SandboxRegistry(base)
         self.faults = FaultPlan(route_names)
         self.journal: list[RecordedRequest] = []
-        self.domain = ""
+        self.suffix = suffix  # sandbox hosts are {key}.{suffix}:{port}
+        self.domain = ""  # "{suffix}:{port}" once the data plane listens
         self.scheme = "http"
 
     def bearer_ok(self, header: str | None) -> bool:
@@ -111,6 +114,17 @@ class Core:
             return self.resolve_idc(idc_name)
         except V2Problem as exc:
             raise ValueError(exc.message) from None
+
+    def create_sandbox(self, idc: Idc, request_id: str | None = None) -> dict[str, Any]:
+        """A new sandbox in ``idc``, as a create body: ``{request_id, data: {sandbox_key,
+        domain, sandbox_access_token}}`` (a fresh request id unless given)."""
+        sandbox = self.sandboxes.create(idc)
+        data = {
+            "sandbox_key": sandbox.key,
+            "domain": self.domain,
+            "sandbox_access_token": sandbox.token,
+        }
+        return {"request_id": request_id or new_request_id(), "data": data}
 
 
 CORE = web.AppKey("sandboxkit_emulator_core", Core)

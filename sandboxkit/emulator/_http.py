@@ -18,7 +18,6 @@ from .. import _operations as ops
 from ._core import CORE, FAULT, REQUEST_ID, ROUTES, SANDBOX, Core
 from ._dataplane import cut_transport
 from ._faults import Fault
-from ._resolver import DATA_PLANE_SUFFIX
 from ._v1 import v1_not_found
 from ._values import RecordedRequest, frozen_headers
 from ._wire import (
@@ -295,11 +294,11 @@ async def console_middleware(request: web.Request, handler: Handler) -> web.Stre
     )
 
 
-def sandbox_key_of(host: str) -> str | None:
-    """The sandbox key in a ``Host`` header ``{key}.sandbox.test[:port]``, if it is one."""
+def sandbox_key_of(host: str, domain: str) -> str | None:
+    """The sandbox key in a ``Host`` header ``{key}.{domain}[:port]``, if it is one."""
     name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
     name = name.lower().rstrip(".")
-    suffix = "." + DATA_PLANE_SUFFIX
+    suffix = "." + domain
     if not name.endswith(suffix):
         return None
     key = name[: -len(suffix)]
@@ -311,7 +310,7 @@ async def data_middleware(request: web.Request, handler: Handler) -> web.StreamR
     """Journal, token check, faults and ``{message}`` errors for a sandbox's data plane."""
     core = request.app[CORE]
     route = request.app[ROUTES].name_of(request)
-    key = sandbox_key_of(request.headers.get("Host", ""))
+    key = sandbox_key_of(request.headers.get("Host", ""), core.suffix)
     slot = request[SLOT] = JournalSlot(core, request, _record(request, "data", route, key))
 
     def authenticate() -> None:

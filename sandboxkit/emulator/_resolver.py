@@ -6,26 +6,36 @@ import socket
 
 from aiohttp.abc import AbstractResolver, ResolveResult
 
-__all__ = ["DATA_PLANE_SUFFIX", "EmulatorResolver"]
+__all__ = ["DATA_PLANE_SUFFIX", "STANDALONE_DOMAIN", "EmulatorResolver"]
 
+# The embedded emulator's data-plane domain: `.test` never resolves on real DNS (RFC 6761),
+# so its sandbox hosts are reachable only through this resolver.
 DATA_PLANE_SUFFIX = "sandbox.test"
+# The standalone emulator's: `localhost` and every name under it are loopback (RFC 6761),
+# answered so by curl, browsers and sandboxkit's default resolver.
+STANDALONE_DOMAIN = "localhost"
 _LOOPBACK = "127.0.0.1"
 
 
 class EmulatorResolver(AbstractResolver):
-    """Resolve ``sandbox.test``, any ``*.sandbox.test`` and ``localhost`` to 127.0.0.1.
+    """Resolve ``sandbox.test``, any ``*.sandbox.test``, ``localhost`` and any
+    ``*.localhost`` to 127.0.0.1.
+
+    Args:
+        suffix: the data-plane domain answered besides ``localhost`` (an emulator's
+            ``domain=``).
 
     Every other name raises :class:`OSError`: code under test never reaches a real host
     through this resolver, even by mistake.
     """
 
     def __init__(self, suffix: str = DATA_PLANE_SUFFIX) -> None:
-        self._suffix = suffix.lower().strip(".")
+        self._suffixes = {suffix.lower().strip("."), STANDALONE_DOMAIN}
 
     def handles(self, host: str) -> bool:
         """Whether ``host`` is one of the names this resolver answers."""
         name = host.lower().rstrip(".")
-        return name in (self._suffix, "localhost") or name.endswith("." + self._suffix)
+        return any(name == s or name.endswith("." + s) for s in self._suffixes)
 
     async def resolve(
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET

@@ -13,12 +13,21 @@ from collections.abc import Iterable
 
 from .._operations import OPERATIONS
 
-__all__ = ["EMULATOR_PRODUCTS", "EMULATOR_ROUTES", "ROUTE_NAMES", "check_routes"]
+__all__ = [
+    "EMULATOR_PRODUCTS",
+    "EMULATOR_ROUTES",
+    "EMULATOR_SANDBOXES_CREATE",
+    "ROUTE_NAMES",
+    "check_routes",
+]
 
 # GET /api/v2/products: served, but not shown by the interface, so no SDK operation calls it.
 EMULATOR_PRODUCTS = "emulator.products"
 
-EMULATOR_ROUTES: tuple[str, ...] = (EMULATOR_PRODUCTS,)
+# POST /_emulator/sandboxes: how a standalone emulator makes more sandboxes.
+EMULATOR_SANDBOXES_CREATE = "emulator.sandboxes.create"
+
+EMULATOR_ROUTES: tuple[str, ...] = (EMULATOR_PRODUCTS, EMULATOR_SANDBOXES_CREATE)
 
 # Every route name a stock Emulator serves.
 ROUTE_NAMES: frozenset[str] = frozenset(OPERATIONS) | frozenset(EMULATOR_ROUTES)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import re
 import shutil
 import ssl
 import tempfile
@@ -17,6 +18,7 @@ from typing import Any, ClassVar, Self
 from aiohttp import web
 
 from ..client import Client  # the emulator sits above the client (DESIGN section 3)
+from ._admin import add_emulator_routes
 from ._console import add_v2_routes
 from ._core import CORE, ROUTES, Core, RouteTable, new_api_key
 from ._dataplane import add_data_routes
@@ -28,7 +30,6 @@ from ._routes import ROUTE_NAMES, check_routes
 from ._tls import CertificateAuthority, client_context, server_context
 from ._v1 import add_v1_routes
 from ._values import Idc, RecordedRequest
-from ._wire import new_request_id
 
 __all__ = ["Emulator"]
 
@@ -36,6 +37,8 @@ __all__ = ["Emulator"]
 # answers them in the surface's error format instead of aiohttp's plain-text 400.
 _PARSER_LIMIT = 1024 * 1024
 _JSON_BODY_LIMIT = 1024 * 1024
+# A DNS name of one or more labels, without a port: sandbox hosts are {key}.{domain}:PORT.
+_DOMAIN = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)(\.(?!-)[a-z0-9-]{1,63}(?<!-))*$")
 
 
 class _Default(enum.Enum):
@@ -51,12 +54,17 @@ class Emulator:
             create with a blank ``idc_name`` then gets 400). Default: the first IDC.
         api_key: the bearer token valid on v1 and v2; default a random ``sk-emu-...``.
         ca: a CA such as ``trustme.CA()``; both servers then speak TLS with a certificate
-            for 127.0.0.1, localhost and ``*.sandbox.test``. None: plain HTTP.
+            for 127.0.0.1, localhost and every sandbox host. None: plain HTTP.
         clock: seconds since the epoch; drives builds, logs, key retention and API-key
             expiry. Default ``time.time``; pass a :class:`ManualClock` in tests.
         build_seconds: how long a started build takes by ``clock``.
         host: the address both servers listen on (127.0.0.1 unless told otherwise).
         port, data_port: fixed ports; 0 picks free ones.
+        domain: the data-plane domain: sandbox hosts are ``{key}.{domain}:{data_port}``.
+            ``sandbox.test`` (the default) resolves only through :attr:`resolver`, so code
+            under test reaches it only when wired to this emulator; ``localhost`` (what
+            ``sandboxkit emulator`` uses) is loopback for curl, browsers and a plain
+            ``sandboxkit.Client()`` (RFC 6761).
 
     Each route is named as the SDK names the operation it serves (``"files.download"``,
     ``"builds.list"``, ``"v1.organizations.get"``...: the name in its logs and errors), the
@@ -83,8 +91,12 @@ class Emulator:
         host: str = "127.0.0.1",
         port: int = 0,
         data_port: int = 0,
+        domain: str = DATA_PLANE_SUFFIX,
     ) -> None:
         idcs = list(idcs) if idcs is not None else [Idc("us-denver-1")]
+        domain = domain.lower().strip(".") if isinstance(domain, str) else ""
+        if not _DOMAIN.match(domain):
+            raise ValueError(f"domain must be a host name without a port, got {domain!r}")
         if isinstance(default_idc, _Default):
             default_idc = idcs[0].name if idcs else None
         if build_seconds < 0:
@@ -97,6 +109,7 @@ class Emulator:
             build_seconds=build_seconds,
             base=Path(),
             route_names=self.route_names,
+            suffix=domain,
         )
         self._ca = ca
         self._host = host
@@ -105,7 +118,7 @@ class Emulator:
         # (server name, runner, port, TLS context) of each running site, for an outage.
         self._sites: list[tuple[str, web.AppRunner, int, ssl.SSLContext | None]] = []
         self._base_url = ""
-        self._resolver = EmulatorResolver()
+        self._resolver = EmulatorResolver(domain)
         self._client_ssl: ssl.SSLContext | None = None
         self._tmp: Path | None = None
 
@@ -131,7 +144,7 @@ class Emulator:
         self._core.sandboxes.base = self._tmp
         server_ssl = None
         if self._ca is not None:
-            server_ssl = server_context(self._ca, self._host)
+            server_ssl = server_context(self._ca, self._host, self._core.suffix)
             self._client_ssl = client_context(self._ca)
         scheme = "https" if server_ssl is not None else "http"
         try:
@@ -144,7 +157,7 @@ class Emulator:
             raise
         display_host = f"[{self._host}]" if ":" in self._host else self._host
         self._base_url = f"{scheme}://{display_host}:{console_port}"
-        self._core.domain = f"{DATA_PLANE_SUFFIX}:{data_port}"
+        self._core.domain = f"{self._core.suffix}:{data_port}"
         self._core.scheme = scheme
 
     async def close(self) -> None:
@@ -167,6 +180,7 @@ class Emulator:
         app.on_response_prepare.append(record_prepared)
         add_v2_routes(app)
         add_v1_routes(app)
+        add_emulator_routes(app)
         return app
 
     def _data_app(self) -> web.Application:
@@ -257,7 +271,8 @@ class Emulator:
 
     @property
     def domain(self) -> str:
-        """``sandbox.test:PORT``: a sandbox's data plane is ``{scheme}://{key}.{domain}``."""
+        """``sandbox.test:PORT`` (or the ``domain=`` given, with the port): a sandbox's data
+        plane is ``{scheme}://{key}.{domain}``."""
         return self._core.domain
 
     @property
@@ -267,7 +282,8 @@ class Emulator:
 
     @property
     def resolver(self) -> EmulatorResolver:
-        """An aiohttp resolver mapping the emulator's names to 127.0.0.1 (and nothing else)."""
+        """An aiohttp resolver mapping the emulator's names (its domain, ``localhost`` and
+        the names under them) to 127.0.0.1, and nothing else."""
         return self._resolver
 
     @property
@@ -327,6 +343,9 @@ class Emulator:
     async def create_sandbox(self, idc_name: str | None = None) -> dict[str, Any]:
         """Create a sandbox (with ``/home/user`` and ``/tmp``) and return a create body.
 
+        Another process does the same with ``POST /_emulator/sandboxes`` on the console
+        (see :func:`request_sandbox`).
+
         Returns:
             ``{"request_id": ..., "data": {"sandbox_key", "domain", "sandbox_access_token"}}``
 
@@ -335,13 +354,7 @@ class Emulator:
         """
         if self._tmp is None:
             raise RuntimeError("start the emulator first")
-        sandbox = self._core.sandboxes.create(self._core.new_sandbox_idc(idc_name))
-        data = {
-            "sandbox_key": sandbox.key,
-            "domain": self.domain,
-            "sandbox_access_token": sandbox.token,
-        }
-        return {"request_id": new_request_id(), "data": data}
+        return self._core.create_sandbox(self._core.new_sandbox_idc(idc_name))
 
     async def delete_sandbox(self, sandbox_key: str) -> None:
         """Delete a sandbox and its files: its own token then gets 404, others 401."""
