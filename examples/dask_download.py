@@ -1,10 +1,9 @@
-"""Download one file from each of many sandboxes, spread over a Dask cluster.
+"""Download one file many times over, spread over a Dask cluster.
 
-Run it against the emulator (which prints its URL and API key)::
+Run it against the standalone emulator, which prints the variables it reads::
 
-    python -m sandboxkit.emulator --port 8080 --data-port 8081 &
-    SANDBOXKIT_API_KEY=... SANDBOXKIT_BASE_URL=http://127.0.0.1:8080 \\
-        python examples/dask_download.py KEY DOMAIN TOKEN
+    sandboxkit emulator            # in another shell; paste its export lines here
+    python examples/dask_download.py
 
 Use Dask when the job list is larger than one machine's network or CPU; below that,
 `batch.download_many` on one Client is simpler and just as fast.
@@ -12,7 +11,7 @@ Use Dask when the job list is larger than one machine's network or CPU; below th
 
 from __future__ import annotations
 
-import sys
+import os
 import tempfile
 from pathlib import Path
 
@@ -21,16 +20,21 @@ from dask.distributed import LocalCluster
 
 from sandboxkit import ClientConfig, batch, sync
 from sandboxkit.dask import download_many_on_dask
-from sandboxkit.emulator import EmulatorResolver
 
 
-def main(sandbox_key: str, domain: str, token: str) -> None:
-    # Factories, not live objects: each worker builds its own resolver from the class.
-    config = ClientConfig.from_env(data_plane_scheme="http", resolver=EmulatorResolver)
+def main() -> None:
+    # Picklable: each worker builds its own Client from it (the SANDBOXKIT_* environment).
+    config = ClientConfig.from_env()
+    ref = batch.SandboxRef(
+        os.environ["SANDBOXKIT_SANDBOX_KEY"],
+        os.environ["SANDBOXKIT_SANDBOX_DOMAIN"],
+        os.environ["SANDBOXKIT_SANDBOX_TOKEN"],
+    )
     with sync.Client.from_config(config) as client:  # something to download
-        sandbox = client.sandbox(sandbox_key=sandbox_key, domain=domain, access_token=token)
+        sandbox = client.sandbox(
+            sandbox_key=ref.sandbox_key, domain=ref.domain, access_token=ref.access_token
+        )
         sandbox.files.upload("/home/user/hello.txt", b"hello from the sandbox\n" * 1000)
-    ref = batch.SandboxRef(sandbox_key, domain, token)
     out = Path(tempfile.mkdtemp(prefix="sandboxkit-dask-"))
     jobs = [batch.DownloadJob(ref, "/home/user/hello.txt", out / f"hello-{n}") for n in range(8)]
     with LocalCluster(n_workers=2, threads_per_worker=1) as cluster, DaskClient(cluster) as dask:
@@ -41,4 +45,4 @@ def main(sandbox_key: str, domain: str, token: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main()

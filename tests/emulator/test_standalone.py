@@ -5,16 +5,13 @@ more sandboxes on request (`POST /_emulator/sandboxes`)."""
 from __future__ import annotations
 
 import os
-import queue
 import re
 import shutil
 import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
 
 import aiohttp
 import pytest
@@ -26,93 +23,7 @@ from sandboxkit.emulator import BANNER_END, Emulator, EmulatorResolver, request_
 
 from ..cli_support import assert_one_line_error
 from ..reliability_support import refused_port
-
-BANNER_SECONDS = 60.0
-EXPORTED = {
-    "SANDBOXKIT_BASE_URL",
-    "SANDBOXKIT_API_KEY",
-    "SANDBOXKIT_DATA_PLANE_SCHEME",
-    "SANDBOXKIT_SANDBOX_KEY",
-    "SANDBOXKIT_SANDBOX_DOMAIN",
-    "SANDBOXKIT_SANDBOX_TOKEN",
-}
-
-
-class Standalone:
-    """A `sandboxkit emulator` child process and the banner it printed."""
-
-    def __init__(self, *args: str) -> None:
-        # Nothing of ours from the test's own environment leaks into the child.
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SANDBOXKIT_")}
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "sandboxkit.cli", "emulator", *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        self._lines: queue.Queue[str | None] = queue.Queue()
-        self._stderr: list[str] = []
-        assert self.process.stdout is not None and self.process.stderr is not None
-        self._pumps = [
-            threading.Thread(target=self._pump, args=(self.process.stdout, True), daemon=True),
-            threading.Thread(target=self._pump, args=(self.process.stderr, False), daemon=True),
-        ]
-        for pump in self._pumps:
-            pump.start()
-        self.lines = self._banner()
-
-    def _pump(self, stream: IO[str], out: bool) -> None:
-        for line in stream:
-            if out:
-                self._lines.put(line.rstrip("\n"))
-            else:
-                self._stderr.append(line)
-        if out:
-            self._lines.put(None)
-
-    def _banner(self) -> list[str]:
-        """The printed lines up to the banner's last one, waiting at most BANNER_SECONDS."""
-        lines: list[str] = []
-        while not lines or lines[-1] != BANNER_END:
-            try:
-                line = self._lines.get(timeout=BANNER_SECONDS)
-            except queue.Empty:
-                self.process.kill()
-                raise AssertionError(f"no complete banner in {BANNER_SECONDS} s: {lines}") from None
-            assert line is not None, f"the emulator exited early: {lines} {self._stderr}"
-            lines.append(line)
-        return lines
-
-    @property
-    def exports(self) -> dict[str, str]:
-        """Every variable of the printed `export` lines."""
-        pairs = [
-            item.split("=", 1)
-            for line in self.lines
-            if line.strip().startswith("export ")
-            for item in line.split()[1:]
-        ]
-        return dict(pairs)
-
-    def commands(self, prefix: str) -> list[str]:
-        """The printed shell lines starting with `prefix` (indentation removed)."""
-        return [line.strip() for line in self.lines if line.strip().startswith(prefix)]
-
-    def stop(self) -> tuple[int, str]:
-        """Ctrl-C the child; its exit status and stderr."""
-        self.process.send_signal(signal.SIGINT)
-        try:
-            self.process.wait(timeout=30)
-        finally:
-            self.process.kill()
-            self.process.wait()
-        for pump in self._pumps:  # both pipes are at their end once the child is gone
-            pump.join(timeout=30)
-        for pipe in (self.process.stdout, self.process.stderr):
-            if pipe is not None:
-                pipe.close()
-        return self.process.returncode, "".join(self._stderr)
+from ..standalone_support import EXPORTED, Standalone
 
 
 @pytest.fixture(scope="module")
