@@ -81,7 +81,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", MARKER_HELP)
 
 
-class Settings(NamedTuple):
+class _Settings(NamedTuple):
     """What the `sandboxkit` markers of one test ask for."""
 
     emulator: dict[str, Any]
@@ -89,7 +89,7 @@ class Settings(NamedTuple):
     retry: RetryPolicy
 
 
-def settings(node: pytest.Item) -> Settings:
+def _settings(node: pytest.Item) -> _Settings:
     """The markers of `node` (test, then class, then module: the closest one wins)."""
     from ._config import RetryPolicy
     from .emulator import Emulator, Fault
@@ -113,12 +113,16 @@ def settings(node: pytest.Item) -> Settings:
     if unknown:
         wanted = ", ".join(["faults", "retry", *known])
         _usage(f"{MARKER} has no option {', '.join(unknown)}; it takes {wanted}")
-    return Settings(options, faults, retry)
+    return _Settings(options, faults, retry)
 
 
 def _script(emu: Emulator, faults: list[tuple[str, tuple[Any, ...]]]) -> None:
     for route, plan in faults:
         emu.faults.script(route, *plan)
+
+
+async def _scripted(emu: Emulator, faults: list[tuple[str, tuple[Any, ...]]]) -> None:
+    _script(emu, faults)  # on the emulator's own loop thread, like everything it does
 
 
 def _check_async_test(request: pytest.FixtureRequest) -> None:
@@ -131,7 +135,11 @@ def _check_async_test(request: pytest.FixtureRequest) -> None:
         )
     marker = request.node.get_closest_marker("asyncio")
     scope = marker and (marker.kwargs.get("loop_scope") or marker.kwargs.get("scope"))
-    scope = scope or request.config.getini("asyncio_default_test_loop_scope")
+    if not scope:
+        try:
+            scope = request.config.getini("asyncio_default_test_loop_scope")
+        except ValueError:  # pytest-asyncio before 0.26: tests run on the function loop
+            scope = None
     if scope not in (None, "", "function"):
         _usage(
             f"{request.fixturename} runs on the function-scoped event loop, but this test runs "
@@ -148,14 +156,17 @@ def _async_fixture(func: Callable[..., Any]) -> Any:
             _usage(_NO_PYTEST_ASYNCIO.format(name=func.__name__))
 
         return pytest.fixture(name=func.__name__)(missing)
-    return pytest_asyncio.fixture(func, loop_scope="function")
+    try:
+        return pytest_asyncio.fixture(func, loop_scope="function")
+    except TypeError:  # pytest-asyncio before 0.24: function-scoped fixtures share the loop
+        return pytest_asyncio.fixture(func)
 
 
 @_async_fixture
 async def sandboxkit_emulator(request: pytest.FixtureRequest) -> AsyncIterator[Emulator]:
     """A running emulator served by the test's event loop, its marker's faults scripted."""
     _check_async_test(request)
-    wanted = settings(request.node)
+    wanted = _settings(request.node)
     from .emulator import Emulator
 
     async with Emulator(**wanted.emulator) as emu:
@@ -168,7 +179,7 @@ async def sandboxkit_client(
     request: pytest.FixtureRequest, sandboxkit_emulator: Emulator
 ) -> AsyncIterator[Client]:
     """A `sandboxkit.Client` wired to `sandboxkit_emulator`, closed after the test."""
-    async with sandboxkit_emulator.client(retry=settings(request.node).retry) as client:
+    async with sandboxkit_emulator.client(retry=_settings(request.node).retry) as client:
         yield client
 
 
@@ -226,17 +237,13 @@ def sandboxkit_emulator_thread(request: pytest.FixtureRequest) -> Iterator[Emula
             "a test gets either sandboxkit_emulator (async) or sandboxkit_emulator_thread "
             "(blocking: sandboxkit_sync_client, sandboxkit_sync_sandbox), not both"
         )
-    wanted = settings(request.node)
+    wanted = _settings(request.node)
     running = EmulatorThread(**wanted.emulator)
     try:
         running.call(_scripted(running.emulator, wanted.faults))
         yield running
     finally:
         running.close()
-
-
-async def _scripted(emu: Emulator, faults: list[tuple[str, tuple[Any, ...]]]) -> None:
-    _script(emu, faults)  # on the emulator's own thread, like everything it does
 
 
 @pytest.fixture
@@ -253,7 +260,7 @@ def sandboxkit_sync_client(
     client = sync.Client.__new__(sync.Client)
     # Built by `Emulator.client` (as `from_config` builds from a config) on the sync
     # client's own loop thread: the same wiring as the async fixture, never a copy of it.
-    client._start(functools.partial(emu.client, retry=settings(request.node).retry))
+    client._start(functools.partial(emu.client, retry=_settings(request.node).retry))
     with client:
         yield client
 

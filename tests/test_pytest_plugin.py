@@ -45,6 +45,7 @@ DOWNLOAD = {download!r}
     result = await sbx.files.download("/home/user/report.txt", tmp_path / "report.txt")
     assert (tmp_path / "report.txt").read_bytes() == b"made by my agent"
     assert result.attempts == 1
+    assert sandboxkit_client.retry == sandboxkit.RetryPolicy.no_delay()
 
 
 @pytest.mark.sandboxkit(
@@ -71,9 +72,11 @@ def test_blocking_code(sandboxkit_emulator_thread, sandboxkit_sync_client):
     assert [(r.method, r.status) for r in journal] == [("POST", 200), ("GET", 200)]
 
 
-@pytest.mark.sandboxkit(faults=[(DOWNLOAD, Fault.status(503))])
+@pytest.mark.sandboxkit(
+    faults=[(DOWNLOAD, Fault.status(503))], retry=sandboxkit.RetryPolicy.no_delay()
+)
 class TestBlockingFaults:
-    @pytest.mark.sandboxkit(retry=sandboxkit.RetryPolicy.none())
+    @pytest.mark.sandboxkit(retry=sandboxkit.RetryPolicy.none())  # the closest mark wins
     def test_without_retries_the_fault_surfaces(
         self, sandboxkit_emulator_thread, sandboxkit_sync_sandbox
     ):
@@ -134,15 +137,17 @@ def run_pytest(
     project: Path, *args: str, pythonpath: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
     """`python -m pytest` in `project`, as strict as ours, untouched by this session's
-    PYTEST_* settings."""
+    PYTEST_* settings, with `project/tmp` as its temporary directory."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     env.pop("PYTHONPATH", None)
+    (project / "tmp").mkdir()
+    env["TMPDIR"] = str(project / "tmp")
     if pythonpath is not None:
         env["PYTHONPATH"] = str(pythonpath)
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-W", "error"]
     command += ["--strict-markers", "-q", *args]
     return subprocess.run(
-        command, cwd=project, env=env, capture_output=True, text=True, timeout=300, check=False
+        command, cwd=project, env=env, capture_output=True, text=True, timeout=120, check=False
     )
 
 
@@ -185,6 +190,7 @@ def test_a_project_tests_its_code_with_the_fixtures(tmp_path: Path, mode: str) -
     project = user_project(tmp_path / "my-agent", ASYNCIO_INI.format(mode=mode), tests)
     run = run_pytest(project)
     assert (run.returncode, summary(run)) == (0, "4 passed"), run.stdout + run.stderr
+    assert list((project / "tmp").glob("sandboxkit-emulator-*")) == []  # every one closed
 
 
 def test_misused_fixtures_fail_saying_what_to_do(tmp_path: Path) -> None:
