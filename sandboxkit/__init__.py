@@ -11,10 +11,11 @@ Example::
         )
 """
 
+from typing import TYPE_CHECKING, Any
+
 from ._client_config import ClientConfig
 from ._config import Limits, RetryPolicy, Timeout
 from ._version import __version__
-from .client import Client
 from .errors import (
     APIConnectionError,
     APIError,
@@ -80,8 +81,6 @@ from .models import (
     TemplateStatus,
     V1Template,
 )
-from .resources.sandbox import Sandbox
-from .resources.v1_infra import ssh_env
 
 __all__ = [
     "APIConnectionError",
@@ -154,3 +153,26 @@ __all__ = [
     "__version__",
     "ssh_env",
 ]
+
+# The names below come from modules that need aiohttp, so they load on first use: importing
+# sandboxkit (as pytest does for its plugin, in every session of an environment that has
+# sandboxkit) stays cheap. tests/test_pytest_plugin.py checks that aiohttp stays out.
+_LAZY = {"Client": ".client", "Sandbox": ".resources.sandbox", "ssh_env": ".resources.v1_infra"}
+
+if TYPE_CHECKING:
+    from .client import Client
+    from .resources.sandbox import Sandbox
+    from .resources.v1_infra import ssh_env
+else:  # hidden from type checkers, which would otherwise accept any name as sandboxkit.X
+
+    def __getattr__(name: str) -> Any:
+        if name not in _LAZY:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *__all__})

@@ -7,6 +7,9 @@
   clocked_emulator, raw_http, wire_box, bearer;
 - the emulator on a loop thread of its own, for the CLI: emulator_thread;
 - loop_reports, for modules that mark themselves with it.
+
+Cases marked `slow` are skipped unless SANDBOXKIT_RUN_SLOW=1 (the one switch; the marker's
+help in pyproject.toml says the same).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
@@ -40,6 +44,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--soak", action="store_true", help="run the 5-minute soak (a 20 s one always runs)"
     )
+
+
+RUN_SLOW = "SANDBOXKIT_RUN_SLOW"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip the cases marked `slow` unless SANDBOXKIT_RUN_SLOW=1."""
+    if os.environ.get(RUN_SLOW, "") not in ("", "0"):
+        return
+    skip = pytest.mark.skip(reason=f"slow: set {RUN_SLOW}=1 to run it")
+    for item in items:
+        if item.get_closest_marker("slow") is not None:
+            item.add_marker(skip)
 
 
 @attrs.frozen

@@ -32,7 +32,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("client", "_client_config"),
     ("batch", "sync", "_sync_loop", "__init__"),
     ("emulator", "dask"),
-    ("cli",),
+    ("cli", "pytest_plugin"),
 ]
 PURE = LAYERS[0] + LAYERS[1] + LAYERS[2]
 
