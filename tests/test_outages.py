@@ -304,8 +304,8 @@ async def test_a_batch_outlives_a_five_second_outage_with_the_default_policy(
 ) -> None:
     """300 downloads over 10 sandboxes at concurrency 100; after the first 100 finish, the
     emulator goes down for 5 s (connections cut, then closed unanswered). Every job
-    finishes with the right bytes, and the outage saw about threshold + probes per host
-    (measured: 93 requests; without circuits, 211 and 178 jobs failed)."""
+    finishes with the right bytes, and the outage saw at most one retry per cut transfer plus
+    the probes."""
     data = payload(2 << 20, seed=9)  # large enough to be cut mid-body by the outage
     jobs = []
     async with emulator.client() as client:
@@ -338,4 +338,7 @@ async def test_a_batch_outlives_a_five_second_outage_with_the_default_policy(
         down = await taking_down
     assert result.summary.done == 300, [o.error for o in result.outcomes if o.error][:3]
     assert all(sha(job.local.read_bytes()) == sha(data) for job in jobs)
-    assert 10 <= len(down.requests) <= 10 * 12, len(down.requests)
+    # At most each transfer the outage cut retries once before its host's circuit opens,
+    # then one probe per host per cooldown (about 7 in 5.5 s): without circuits, 211-228
+    # requests and 178 failed jobs; with them, 87 in the benchmark's median round.
+    assert 10 <= len(down.requests) <= 100 + 10 * 7, len(down.requests)
