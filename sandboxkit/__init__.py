@@ -81,6 +81,7 @@ from .models import (
     TemplateStatus,
     V1Template,
 )
+from .resources._common import AsyncStream
 from .resources.sandbox import Sandbox
 from .resources.v1_infra import ssh_env
 
@@ -90,6 +91,7 @@ __all__ = [
     "APITimeoutError",
     "ActionResult",
     "ApiKey",
+    "AsyncStream",
     "AuthenticationError",
     "BadGatewayError",
     "BadRequestError",

@@ -231,7 +231,9 @@ def test_every_public_async_method_has_a_typed_sync_counterpart() -> None:
         for name in public_callables(type(target)) - {"from_config"}:
             assert sync_name(name) in declared, f"{facade.__name__} lacks {sync_name(name)}"
             checked.append(f"{type(target).__name__}.{name}")
-        for name, value in vars(target).items():
+        properties = [n for n, v in inspect.getmembers(type(target)) if isinstance(v, property)]
+        members = {**vars(target), **{name: getattr(target, name) for name in properties}}
+        for name, value in members.items():
             if not name.startswith("_") and type(value) in sync._FACADES:
                 assert isinstance(vars(facade).get(name), sync._Child), (facade, name)
                 roots.append(value)

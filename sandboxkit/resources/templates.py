@@ -365,8 +365,12 @@ class Templates:
         """Log entries of a Build, following `next_offset` while `has_more`.
 
         With `follow=True` it keeps polling (backing off from `poll_interval` to
-        `max_poll_interval`) until the Build has `finished_at` or a `failure`, then drains what
+        `max_poll_interval`) until the Build is final (`Build.is_finished`), then drains what
         is left; `raise_on_failure` then raises `BuildFailedError` for a failed Build.
+
+        Returns:
+            A `sandboxkit.AsyncStream` of `LogEntry`: `async for` it, and `async with` it to
+            stop early.
         """
         cursor = LogCursor(
             offset=check.check_log_offset(offset),
