@@ -104,7 +104,7 @@ class UploadJob:
 
     Example::
 
-        UploadJob(ref, "/home/user/task.py", b"print('hello')\n")
+        UploadJob(ref, "/home/user/task.py", b"print('hello')")
         UploadJob(ref, "/home/user/data.csv", "local/data.csv")
     """
 
