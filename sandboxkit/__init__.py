@@ -24,6 +24,7 @@ from .errors import (
     BadGatewayError,
     BadRequestError,
     BuildFailedError,
+    BuildWaitTimeoutError,
     CertificateVerificationError,
     ClientStateError,
     ConflictError,
@@ -81,6 +82,7 @@ from .models import (
     TemplateStatus,
     V1Template,
 )
+from .resources._common import AsyncStream
 
 __all__ = [
     "APIConnectionError",
@@ -88,6 +90,7 @@ __all__ = [
     "APITimeoutError",
     "ActionResult",
     "ApiKey",
+    "AsyncStream",
     "AuthenticationError",
     "BadGatewayError",
     "BadRequestError",
@@ -96,6 +99,7 @@ __all__ = [
     "BuildFailure",
     "BuildResources",
     "BuildStatus",
+    "BuildWaitTimeoutError",
     "CertificateVerificationError",
     "Client",
     "ClientConfig",
@@ -157,7 +161,11 @@ __all__ = [
 # The names below come from modules that need aiohttp, so they load on first use: importing
 # sandboxkit (as pytest does for its plugin, in every session of an environment that has
 # sandboxkit) stays cheap. tests/test_pytest_plugin.py checks that aiohttp stays out.
-_LAZY = {"Client": ".client", "Sandbox": ".resources.sandbox", "ssh_env": ".resources.v1_infra"}
+_LAZY = {
+    "Client": ".client",
+    "Sandbox": ".resources.sandbox",
+    "ssh_env": ".resources.v1_infra",
+}
 
 if TYPE_CHECKING:
     from .client import Client

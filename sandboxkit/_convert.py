@@ -6,6 +6,8 @@ keys, for the emulator and the tests that check our models against what the inte
 
 from __future__ import annotations
 
+import enum
+import types
 import typing
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -45,6 +47,10 @@ _V1_RENAMES: Mapping[type[Any], Mapping[str, str]] = {
     models.ContainerSpec: {"template_id": "templateId"},
     models.ElasticIpAssociation: {"instance_id": "instanceID"},
 }
+
+# Enumerations whose full set the interface does not show: a field is typed `E | str`, and a
+# known value becomes its member while any other stays the string the service sent.
+_OPEN_ENUMS: tuple[type[enum.Enum], ...] = (models.BuildStatus,)
 
 _RESOURCE_TYPES: Mapping[str, type[models.CustomResources | models.PresetResources]] = {
     "custom": models.CustomResources,
@@ -139,6 +145,34 @@ def _structure_str(value: Any, _: type[str]) -> str:
     raise TypeError(f"expected a string, got {type(value).__name__}")
 
 
+def _open_enum_of(cls: Any) -> type[enum.Enum] | None:
+    """E for a union of exactly one of `_OPEN_ENUMS` and `str`, else None."""
+    args = typing.get_args(cls)
+    if typing.get_origin(cls) not in (typing.Union, types.UnionType) or len(args) != 2:
+        return None
+    return next((e for e in _OPEN_ENUMS if set(args) == {e, str}), None)
+
+
+def _is_open_enum(cls: Any) -> bool:
+    return _open_enum_of(cls) is not None
+
+
+class _OpenEnumHook:
+    """Structures an `E | str` field: a known value as its member, any other as text.
+
+    Its `inline_table` (INLINE_TABLE) lets the generated decoders look a plain string up
+    without calling it; the rule stays here.
+    """
+
+    def __init__(self, cls: Any) -> None:
+        members = _open_enum_of(cls) or ()
+        self.inline_table: Mapping[str, Any] = {member.value: member for member in members}
+
+    def __call__(self, value: Any, _: Any) -> Any:
+        text = value if type(value) is str else _structure_str(value, str)
+        return self.inline_table.get(text, text)
+
+
 def _is_optional(cls: Any) -> bool:
     return optional_inner(cls) is not None
 
@@ -219,6 +253,9 @@ def make_converter(*, strict: bool) -> cattrs.Converter:
     """Build a converter; `strict` forbids keys the models do not know."""
     conv = cattrs.Converter(forbid_extra_keys=strict, detailed_validation=strict)
     conv.register_structure_hook(str, _structure_str)
+    conv.register_structure_hook_factory(_is_open_enum, _OpenEnumHook)
+    for open_enum in _OPEN_ENUMS:  # the wire form is the plain string
+        conv.register_unstructure_hook(open_enum, lambda member: member.value)
     conv.register_structure_hook_factory(_is_optional, _optional_hook)
     conv.register_structure_hook_factory(_is_homogeneous_tuple, _tuple_hook)
     conv.register_structure_hook_factory(_is_object_of_anything, lambda _: _object_hook)

@@ -11,7 +11,9 @@ the strict converter keeps cattrs's own functions, its detailed errors and extra
 
 from __future__ import annotations
 
+import functools
 import linecache
+import operator
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -20,11 +22,20 @@ from typing import Any
 import attrs
 import cattrs
 
-__all__ = ["INLINE_TYPES", "make_record_decoder", "not_an_object", "optional_inner"]
+__all__ = [
+    "INLINE_TABLE",
+    "INLINE_TYPES",
+    "make_record_decoder",
+    "not_an_object",
+    "optional_inner",
+]
 
 # Values of these exact types need no hook where that type is due (both converters' Optional
 # hooks and the generated code below skip them).
 INLINE_TYPES = (str, int, bool)
+# A hook with this attribute, a mapping, structures a plain `str` value as `table.get(value,
+# value)`; the generated code does that lookup itself rather than call the hook.
+INLINE_TABLE = "inline_table"
 _MISSING = object()
 
 
@@ -74,25 +85,28 @@ def make_record_decoder(
         inline = field_type if field_type in INLINE_TYPES else None
         scope[hook] = conv.get_structure_hook(field_type)
         scope[type_] = field_type
+        converted = f"{hook}({value}, {type_})"
+        table = getattr(scope[hook], INLINE_TABLE, None)
+        if table is not None:  # the hook's own lookup for a plain string, done inline
+            scope[f"m{index}"] = table
+            converted = f"(m{index}.get({value}, {value}) if type({value}) is str else {converted})"
         if field.default is attrs.NOTHING:
             lines.append(f"    {value} = o[{wire!r}]")
             if inline:
                 lines.append(f"    if type({value}) is not {inline.__name__}:")
-                lines.append(f"        {value} = {hook}({value}, {type_})")
+                lines.append(f"        {value} = {converted}")
             else:
-                lines.append(f"    {value} = {hook}({value}, {type_})")
+                lines.append(f"    {value} = {converted}")
         elif none_by_default:
             # Absent and null are the same None; a value of the plain type is taken as is.
             lines.append(f"    {value} = get({wire!r})")
             skip = f" and type({value}) is not {inline.__name__}" if inline else ""
             lines.append(f"    if {value} is not None{skip}:")
-            lines.append(f"        {value} = {hook}({value}, {type_})")
+            lines.append(f"        {value} = {converted}")
         else:
             scope[f"d{index}"] = field.default
             lines.append(f"    {value} = get({wire!r}, MISSING)")
-            lines.append(
-                f"    {value} = d{index} if {value} is MISSING else {hook}({value}, {type_})"
-            )
+            lines.append(f"    {value} = d{index} if {value} is MISSING else {converted}")
     arguments = ", ".join(f"v{index}" for index in range(len(fields)))
     lines.append(f"    return cls({arguments})")
     source = "\n".join(lines) + "\n"
@@ -116,15 +130,13 @@ def _bind(type_: Any, bound: Mapping[Any, Any]) -> Any:
 
 
 def optional_inner(type_: Any) -> Any | None:
-    """The X of `X | None` (or `Optional[X]`); None for any other type."""
+    """The X of `X | None` (or `Optional[X]`), the `X | Y` of `X | Y | None`; None for any
+    other type."""
     args = typing.get_args(type_)
-    if (
-        typing.get_origin(type_) in (typing.Union, types.UnionType)
-        and len(args) == 2
-        and type(None) in args
-    ):
-        return next(arg for arg in args if arg is not type(None))
-    return None
+    if typing.get_origin(type_) not in (typing.Union, types.UnionType) or type(None) not in args:
+        return None
+    rest = tuple(arg for arg in args if arg is not type(None))
+    return functools.reduce(operator.or_, rest)
 
 
 def not_an_object(name: str, value: Any) -> TypeError:

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from . import models
+from ._config import Timeout
 from .errors import ValidationError
 
 __all__ = [
@@ -32,11 +33,13 @@ __all__ = [
     "check_remote_path",
     "check_resources",
     "check_scope",
+    "check_seconds",
     "check_ssh_public_key",
     "check_template_name",
     "check_text",
     "check_username",
     "check_uuid",
+    "check_wait",
 ]
 
 TEMPLATE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -68,6 +71,31 @@ def _check_int(argument: str, value: Any, low: int, high: int | None) -> int:
         bound = f"between {low} and {high}" if high is not None else f">= {low}"
         raise _fail(argument, f"must be {bound}", value)
     return value
+
+
+def check_seconds(argument: str, value: Any) -> float:
+    """A positive number of seconds (not a bool, not NaN)."""
+    if not isinstance(value, int | float) or isinstance(value, bool) or not value > 0:
+        raise _fail(argument, "must be a positive number of seconds", value)
+    return float(value)
+
+
+def check_wait(
+    timeout: Any, poll_interval: Any, max_poll_interval: Any
+) -> tuple[float | None, Timeout | None, tuple[float, float]]:
+    """A wait's limit in seconds (None: none), the time limits of each poll (None: the
+    client's), and its first and longest poll intervals. `timeout` is seconds or None, or
+    a `Timeout` whose `total` is the limit and whose other limits apply to each poll."""
+    if isinstance(timeout, Timeout):
+        limit, per_poll = timeout.total, Timeout(connect=timeout.connect, read=timeout.read)
+    else:
+        limit = None if timeout is None else check_seconds("timeout", timeout)
+        per_poll = None
+    first = check_seconds("poll_interval", poll_interval)
+    longest = check_seconds("max_poll_interval", max_poll_interval)
+    if longest < first:
+        raise _fail("max_poll_interval", f"must be >= poll_interval ({first})", max_poll_interval)
+    return limit, per_poll, (first, longest)
 
 
 def check_template_name(name: Any) -> str:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -29,6 +29,7 @@ from ._validation import check_remote_path
 from .errors import ValidationError
 from .models import DownloadResult, FileEntry
 from .resources._partial import clear_leftovers
+from .resources.sandbox import address_from_response
 
 if TYPE_CHECKING:
     from .client import Client
@@ -59,9 +60,31 @@ class SandboxRef:
     domain: str
     access_token: str = attrs.field(repr=False)
 
+    @classmethod
+    def from_response(cls, body: Mapping[str, Any]) -> SandboxRef:
+        """The sandbox a create/connect answer names, read as `client.sandbox_from_response`
+        reads it: `data.sandbox_key`, `data.domain`, and `sandbox_access_token` under `data`
+        or at the top level.
+
+        Raises:
+            ValidationError: the answer is not a mapping, lacks one of the three (named), or
+                holds one that is not usable (an empty or multi-line value, a key or domain
+                that is not a plain host name part).
+        """
+        address = address_from_response(body)
+        return cls(address.sandbox_key, address.domain, address.access_token)
+
 
 def _to_path(value: str | os.PathLike[str]) -> Path:
     return Path(value)
+
+
+def _to_path_or_bytes(value: str | os.PathLike[str] | bytes) -> Path | bytes:
+    return value if isinstance(value, bytes) else Path(value)
+
+
+def _source_repr(value: Path | bytes) -> str:
+    return f"<{len(value)} bytes>" if isinstance(value, bytes) else repr(value)
 
 
 @attrs.frozen
@@ -75,11 +98,19 @@ class DownloadJob:
 
 @attrs.frozen
 class UploadJob:
-    """Upload the local file `local` to `remote` on `sandbox` (overwriting it)."""
+    """Upload `local` to `remote` on `sandbox` (overwriting it): the local file at that path,
+    or, given `bytes`, those bytes from memory (no file is written; the job holds the bytes
+    it was given, without a copy, until the caller lets go of it). `repr` shows their size.
+
+    Example::
+
+        UploadJob(ref, "/home/user/task.py", b"print('hello')")
+        UploadJob(ref, "/home/user/data.csv", "local/data.csv")
+    """
 
     sandbox: SandboxRef
     remote: str
-    local: Path = attrs.field(converter=_to_path)
+    local: Path | bytes = attrs.field(converter=_to_path_or_bytes, repr=_source_repr)
 
 
 @attrs.frozen
@@ -212,7 +243,7 @@ async def upload_many(
     concurrency: int = 256,
     progress: Progress | None = None,
 ) -> BatchResult[UploadJob, FileEntry]:
-    """Upload every job's local file, at most `concurrency` at a time.
+    """Upload every job's local file or bytes, at most `concurrency` at a time.
 
     There is no `skip_existing` here: the data plane shows no way to learn whether a remote
     file exists, or what it holds, short of downloading it, and an upload replaces the file
@@ -222,6 +253,7 @@ async def upload_many(
     Args:
         client: the Client whose pools and retry policy every job shares.
         jobs: what to upload; all are checked (local files must exist) before any request.
+            A job's `bytes` are sent from memory and are resent whole on a retry.
         concurrency: uploads in flight at once.
         progress: as for `download_many`.
 
@@ -241,7 +273,7 @@ async def upload_many(
         total=len(outcomes),
         done=len(done),
         failed=len(outcomes) - len(done),
-        bytes=sum(sizes[o.job.local] for o in done),
+        bytes=sum(size for o, size in zip(outcomes, sizes, strict=True) if o.error is None),
         attempts=None,
         retries=None,
         resumes=None,
@@ -290,12 +322,17 @@ def check_job(job: object, kind: type[DownloadJob] | type[UploadJob]) -> None:
         raise ValidationError("sandbox must be a sandboxkit.batch.SandboxRef")
 
 
-def _source_sizes(todo: Sequence[tuple[Sandbox, UploadJob]]) -> dict[Path, int]:
-    # Measured before sending: FileEntry does not report a size, the local file does.
-    return {job.local: job.local.stat().st_size for _, job in todo}
+def _source_sizes(todo: Sequence[tuple[Sandbox, UploadJob]]) -> list[int]:
+    # Measured before sending, in job order: FileEntry does not report a size, the source does.
+    return [
+        len(job.local) if isinstance(job.local, bytes) else job.local.stat().st_size
+        for _, job in todo
+    ]
 
 
 def _check_local(job: DownloadJob | UploadJob, seen: dict[Path, int], index: int) -> None:
+    if isinstance(job.local, bytes):
+        return  # an upload from memory: any bytes, none at all included, make a file
     if not str(job.local) or job.local == Path():
         raise ValidationError("local path must not be empty")
     if isinstance(job, UploadJob):

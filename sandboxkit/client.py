@@ -87,8 +87,20 @@ class Client:
             resolver=resolver,
         )
         self._calls = Calls(self._transport, self.retry, self.timeout)
-        self.templates = Templates(self._calls)
-        self.v1 = V1(self._calls)
+        self._templates = Templates(self._calls)
+        self._v1 = V1(self._calls)
+
+    @property
+    def templates(self) -> Templates:
+        """The v2 control plane: Templates and their Builds (`create`, `builds`,
+        `builds_page`, `get_build`, `wait_for_build`, `build_logs`, `start_build`)."""
+        return self._templates
+
+    @property
+    def v1(self) -> V1:
+        """The v1 operations: OAuth, API keys, organizations, images, catalog templates,
+        and the infrastructure families `containers`, `elastic_ips` and `vpcs`."""
+        return self._v1
 
     @classmethod
     def from_config(cls, config: ClientConfig) -> Client:

@@ -12,6 +12,7 @@ The tree::
     │   │       └── CertificateVerificationError   the certificate is not trusted    (*)
     │   ├── RemoteProtocolError                 the answer's head is not valid HTTP   (*)
     │   └── APITimeoutError                     connect/read timeout or the call's deadline
+    │       └── BuildWaitTimeoutError           `wait_for_build` gave up: the Build runs on
     ├── ResponseDecodeError                     a 2xx whose body is not what the interface shows
     ├── PaginationError                         a server cursor that would loop forever
     ├── BuildFailedError                        a followed Build ended with `failure`
@@ -45,9 +46,12 @@ exceptions carry the request's headers, token included), and no message carries 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
+
+if TYPE_CHECKING:
+    from .models import Build
 
 __all__ = [
     "APIConnectionError",
@@ -57,6 +61,7 @@ __all__ = [
     "BadGatewayError",
     "BadRequestError",
     "BuildFailedError",
+    "BuildWaitTimeoutError",
     "CertificateVerificationError",
     "ClientStateError",
     "ConflictError",
@@ -149,6 +154,44 @@ class RemoteProtocolError(TransportError):
 
 class APITimeoutError(TransportError):
     """A connect or read timeout, or the call's overall deadline, ran out."""
+
+
+class BuildWaitTimeoutError(APITimeoutError):
+    """`templates.wait_for_build` waited its whole `timeout` and the Build was still not
+    final. The Build itself goes on; wait again, or look at `build` (the last one seen, None
+    if no poll answered in time).
+
+    Attributes:
+        template_id, build_id: the Build waited for.
+        timeout: the seconds waited.
+        build: the Build as last seen.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        template_id: str,
+        build_id: str,
+        timeout: float,
+        build: Build | None = None,
+        operation: str | None = "templates.wait_for_build",
+    ) -> None:
+        super().__init__(message, operation=operation)
+        self.template_id = template_id
+        self.build_id = build_id
+        self.timeout = timeout
+        self.build = build
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        kwargs = {
+            "template_id": self.template_id,
+            "build_id": self.build_id,
+            "timeout": self.timeout,
+            "build": self.build,
+            "operation": self.operation,
+        }
+        return _rebuild, (type(self), (self.message,), kwargs)
 
 
 class ResponseDecodeError(SandboxKitError):

@@ -266,6 +266,7 @@ class Templates(_Facade[_templates.Templates], wraps=_templates.Templates):
     create = _blocking(_templates.Templates.create)
     start_build = _blocking(_templates.Templates.start_build)
     get_build = _blocking(_templates.Templates.get_build)
+    wait_for_build = _blocking(_templates.Templates.wait_for_build)
     builds_page = _blocking(_templates.Templates.builds_page)
     builds = _handle(_templates.Templates.builds, BuildPager)
     build_logs = _iterating(_templates.Templates.build_logs)

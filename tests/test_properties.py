@@ -7,6 +7,7 @@ failure prints the falsifying example (and `@reproduce_failure`) to replay.
 from __future__ import annotations
 
 import asyncio
+import enum
 import random
 import string
 import types
@@ -70,6 +71,8 @@ def strategy_for(hint: Any) -> st.SearchStrategy[Any]:
         return AWARE
     if hint is Any:
         return JSON
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return st.sampled_from(hint)
     if origin in (typing.Union, types.UnionType):
         return st.one_of(*(strategy_for(a) for a in args))
     if hint is type(None):

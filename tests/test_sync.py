@@ -112,6 +112,28 @@ def test_sync_client_does_every_kind_of_operation(
     assert len(messages) > 5
 
 
+def test_sync_wait_for_build_blocks_until_final_on_the_injected_clock(
+    running: Running, sync_client: sync.Client
+) -> None:
+    """The blocking twin of wait_for_build returns the ready Build, its polls spaced by the
+    client's injected sleep (which moves the emulator's clock), and times out the same way."""
+    delays: list[float] = []
+
+    async def clocked_sleep(delay: float) -> None:
+        delays.append(delay)
+        running.clock.advance(delay)
+
+    calls = sync_client._target._calls
+    calls.sleep, calls.clock = clocked_sleep, running.clock
+    created = sync_client.templates.create(name="waited", resources=RESOURCES, build=BUILD)
+    build = sync_client.templates.wait_for_build(created.id, created.build_id, timeout=120)
+    assert build.status is sandboxkit.BuildStatus.READY
+    assert sum(delays) == 62.5  # 60 s builds, polled at 0.5, 1, 2, 4 then every 5 s
+    again = sync_client.templates.create(name="cut", resources=RESOURCES, build=BUILD)
+    with pytest.raises(sandboxkit.BuildWaitTimeoutError):
+        sync_client.templates.wait_for_build(again.id, again.build_id, timeout=1)
+
+
 def test_one_sync_client_shared_by_eight_threads(
     running: Running, sync_client: sync.Client, tmp_path: Path
 ) -> None:
@@ -209,7 +231,9 @@ def test_every_public_async_method_has_a_typed_sync_counterpart() -> None:
         for name in public_callables(type(target)) - {"from_config"}:
             assert sync_name(name) in declared, f"{facade.__name__} lacks {sync_name(name)}"
             checked.append(f"{type(target).__name__}.{name}")
-        for name, value in vars(target).items():
+        properties = [n for n, v in inspect.getmembers(type(target)) if isinstance(v, property)]
+        members = {**vars(target), **{name: getattr(target, name) for name in properties}}
+        for name, value in members.items():
             if not name.startswith("_") and type(value) in sync._FACADES:
                 assert isinstance(vars(facade).get(name), sync._Child), (facade, name)
                 roots.append(value)

@@ -14,8 +14,10 @@ T = TypeVar("T")
 class AsyncStream(Generic[T]):
     """An async iterator that can also be used with `async with` to close it early.
 
-    Leaving the `async with` block (or breaking out of `async for` and calling `aclose()`)
-    releases any connection the stream holds at once.
+    Public as `sandboxkit.AsyncStream`: what `files.iter_bytes`, `templates.build_logs` and
+    the Build pager (`async for`, `.pages()`) return. Leaving the `async with` block (or
+    breaking out of `async for` and calling `aclose()`) releases any connection the stream
+    holds at once.
     """
 
     def __init__(self, generator: AsyncGenerator[T, None]) -> None:

@@ -132,6 +132,9 @@ class Files:
             timeout: per-call time limits; `total` bounds the whole stream.
             retry: per-call retry policy.
 
+        Returns:
+            A `sandboxkit.AsyncStream` of `bytes` chunks.
+
         Raises:
             ValidationError: a bad remote path (raised by this call, before any request).
             APIError, TransportError, ResponseDecodeError: as for `download`, while iterating.

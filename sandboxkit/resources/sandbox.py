@@ -86,7 +86,12 @@ class Sandbox:
         # The one call path every data-plane operation of this sandbox takes (files today,
         # command execution when the interface shows it).
         self._plane = DataPlane(calls, self._host)
-        self.files = Files(self._plane)
+        self._files = Files(self._plane)
+
+    @property
+    def files(self) -> Files:
+        """This sandbox's files: `download`, `upload`, `iter_bytes`, `read_bytes`."""
+        return self._files
 
     def __repr__(self) -> str:
         return f"Sandbox(sandbox_key={self.sandbox_key!r}, domain={self.domain!r})"

@@ -6,6 +6,7 @@ import uuid
 from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
+import anyio
 import attrs
 
 from .. import _operations as ops
@@ -16,8 +17,17 @@ from .._calls import Calls, decode_reply
 from .._config import CallOptions, RetryPolicy, Timeout
 from .._convert import unstructure
 from .._cursors import BuildCursor, LogCursor
-from ..errors import BuildFailedError, ResponseDecodeError
-from ..models import Build, LogEntry, LogPage, Page, Resources, TemplateCreated
+from ..errors import BuildFailedError, BuildWaitTimeoutError, NotFoundError, ResponseDecodeError
+from ..models import (
+    Build,
+    BuildFailure,
+    BuildStatus,
+    LogEntry,
+    LogPage,
+    Page,
+    Resources,
+    TemplateCreated,
+)
 from ._common import AsyncStream, PagedStream
 
 __all__ = ["BuildPager", "Templates"]
@@ -237,6 +247,107 @@ class Templates:
                 return build
         return None
 
+    async def wait_for_build(
+        self,
+        template_id: str,
+        build_id: str,
+        *,
+        timeout: float | Timeout | None = 600.0,
+        poll_interval: float = 0.5,
+        max_poll_interval: float = 5.0,
+        raise_on_failure: bool = False,
+        retry: RetryPolicy | None = None,
+    ) -> Build:
+        """Wait until a Build is final and return it: status `ready` or `failed`, or any
+        status once it has `finished_at` or a `failure` (`Build.is_finished`).
+
+        It polls `get_build` at once, then after `poll_interval` seconds, doubling the wait
+        up to `max_poll_interval`, until the Build is final or `timeout` has passed (a poll
+        still running then is abandoned).
+
+        Args:
+            timeout: how long to wait in all, polls included, in seconds (None: no limit);
+                or a `Timeout`, whose `total` is that limit and whose `connect` and `read`
+                apply to each poll.
+            poll_interval: the first wait between two polls, in seconds.
+            max_poll_interval: the longest wait between two polls, in seconds.
+            raise_on_failure: raise `BuildFailedError` for a failed Build, not return it.
+            retry: the retry policy of each poll.
+
+        Returns:
+            The final Build: check `status` (a `BuildStatus`, or the string of a status
+            sandboxkit does not know) and `failure`.
+
+        Raises:
+            ValidationError: an empty id, or a timeout or interval that is not a positive
+                number of seconds (before any request).
+            NotFoundError: no such Template (the service's 404), or no Build `build_id`
+                among its Builds (status 404: the list was read through, without it).
+            BuildWaitTimeoutError: an `APITimeoutError`: `timeout` passed before the Build
+                was final; its `build` is the last one seen. The Build itself goes on.
+            BuildFailedError: with `raise_on_failure`, the Build failed.
+            APIError, TransportError: a poll failed, its retries spent.
+
+        Example::
+
+            build = await client.templates.wait_for_build(template_id, build_id, timeout=900)
+            if build.status == sandboxkit.BuildStatus.FAILED:
+                print(build.failure)
+        """
+        ids = (
+            check.check_path_id("template_id", template_id),
+            check.check_path_id("build_id", build_id),
+        )
+        limit, per_poll, intervals = check.check_wait(timeout, poll_interval, max_poll_interval)
+        options, seen = CallOptions(per_poll, retry), list[Build]()
+        # The injected clock decides when to stop (tests move it); this scope, on the event
+        # loop's clock, also ends a poll still running at the deadline.
+        with anyio.move_on_after(limit):
+            build = await self._poll_build(ids, intervals, limit, options, seen)
+            if build is not None and raise_on_failure and (failed := _failure_of(build)):
+                raise failed
+            if build is not None:
+                return build
+        last = seen[-1] if seen else None
+        raise BuildWaitTimeoutError(
+            f"templates.wait_for_build: build {ids[1]} of template {ids[0]} was not final "
+            f"after {limit}s (last status: {last.status if last else None})",
+            template_id=ids[0],
+            build_id=ids[1],
+            timeout=float(limit or 0),
+            build=last,
+        )
+
+    async def _poll_build(
+        self,
+        ids: tuple[str, str],
+        intervals: tuple[float, float],
+        limit: float | None,
+        options: CallOptions,
+        seen: list[Build],
+    ) -> Build | None:
+        """The Build once final, or None when `limit` seconds pass first; `seen` holds the
+        last Build read."""
+        deadline = None if limit is None else self._calls.clock() + limit
+        delay, longest = intervals
+        while True:
+            build = await self.get_build(*ids, timeout=options.timeout, retry=options.retry)
+            if build is None:
+                raise NotFoundError(
+                    f"templates.wait_for_build: template {ids[0]} has no build {ids[1]}",
+                    status=404,
+                    surface="v2",
+                )
+            seen[:] = (build,)
+            if build.is_finished:
+                return build
+            left = None if deadline is None else deadline - self._calls.clock()
+            if left is not None and left <= delay:
+                await self._calls.sleep(max(left, 0.0))  # the outer scope may end it first
+                return None
+            await self._calls.sleep(delay)
+            delay = min(longest, delay * 2)
+
     def build_logs(
         self,
         template_id: str,
@@ -255,8 +366,12 @@ class Templates:
         """Log entries of a Build, following `next_offset` while `has_more`.
 
         With `follow=True` it keeps polling (backing off from `poll_interval` to
-        `max_poll_interval`) until the Build has `finished_at` or a `failure`, then drains what
+        `max_poll_interval`) until the Build is final (`Build.is_finished`), then drains what
         is left; `raise_on_failure` then raises `BuildFailedError` for a failed Build.
+
+        Returns:
+            A `sandboxkit.AsyncStream` of `LogEntry`: `async for` it, and `async with` it to
+            stop early.
         """
         cursor = LogCursor(
             offset=check.check_log_offset(offset),
@@ -314,9 +429,13 @@ class Templates:
                 continue  # one last drain: entries written just before the end
             await self._calls.sleep(delay)
             delay = min(max_delay, delay * 2)
-        if raise_on_failure and finished is not None and finished.failure is not None:
-            raise BuildFailedError(
-                build_id=finished.id,
-                code=finished.failure.code,
-                message=finished.failure.message,
-            )
+        if raise_on_failure and finished is not None and (failed := _failure_of(finished)):
+            raise failed
+
+
+def _failure_of(build: Build) -> BuildFailedError | None:
+    """The error for a failed Build (a `failure`, or the status `failed`), else None."""
+    if build.failure is None and build.status != BuildStatus.FAILED:
+        return None
+    failure = build.failure or BuildFailure()
+    return BuildFailedError(build_id=build.id, code=failure.code, message=failure.message)
