@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -30,12 +33,12 @@ def test_every_python_block_compiles() -> None:
 
 
 def test_emulator_example_passes_as_a_users_test(tmp_path: Path) -> None:
-    """The README's pytest example passes when a user runs it as their own test file."""
+    """The README's pytest example passes, through the plugin, when a user runs it as their
+    own test file with the README's pyproject settings."""
     [example] = [b for b in python_blocks() if "def test_" in b]
     (tmp_path / "test_users_code.py").write_text(example)
-    (tmp_path / "pytest.ini").write_text(
-        "[pytest]\nasyncio_mode = auto\nasyncio_default_fixture_loop_scope = function\n"
-    )
+    [toml] = re.findall(r"```toml\n(.*?)```", README, flags=re.DOTALL)
+    (tmp_path / "pyproject.toml").write_text(toml)  # the README's own settings
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-W", "error", "-p", "no:cacheprovider"],
         cwd=tmp_path,
@@ -45,7 +48,7 @@ def test_emulator_example_passes_as_a_users_test(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "1 passed" in done.stdout
+    assert "4 passed" in done.stdout
 
 
 QUICK_START_DRIVER = """
@@ -82,3 +85,113 @@ def test_quick_start_runs_clean_under_dev_mode_and_warnings_as_errors(tmp_path: 
     assert (done.returncode, done.stderr) == (0, "")
     assert done.stdout.endswith("quick start done\n")
     assert "ready" in done.stdout or "info" in done.stdout  # the logs and builds were printed
+
+
+# Every other Python block runs too: the "fixture" around it is an emulator whose variables
+# are exported (a plain `sandboxkit.Client()` reaches it), `import sandboxkit` as in the
+# quick start, and a call of the block's function with what it needs. Keyed by a line the
+# block contains; a new block without a driver fails `test_every_python_block_is_run`.
+DRIVERS: dict[str, tuple[str, str]] = {
+    "async def make_template": ("", "asyncio.run(namespace['make_template']())"),
+    "async def collect": (
+        "",
+        """
+bodies = [portal.call(emu.create_sandbox) for _ in range(3)]
+for body in bodies:
+    root = emu.sandbox_root(body["data"]["sandbox_key"])
+    (root / "home/user/result.json").write_text('{"ok": true}')
+
+async def drive():
+    async with sandboxkit.Client() as client:
+        await namespace["collect"](client, bodies)
+
+asyncio.run(drive())
+assert sorted(os.listdir("results")) == sorted(
+    b["data"]["sandbox_key"] + ".json" for b in bodies
+), os.listdir("results")
+""",
+    ),
+    "async def read_and_write": (
+        "",
+        """
+async def drive():
+    async with sandboxkit.Client() as client:
+        return await namespace["read_and_write"](client, portal.call(emu.create_sandbox))
+
+assert asyncio.run(drive()) == "print('hello')\\n"
+assert open("task.py").read() == "print('hello')\\n"
+""",
+    ),
+    "async def send_work": (
+        "",
+        """
+import pathlib
+pathlib.Path("data.csv").write_text("a,b\\n1,2\\n")
+body = portal.call(emu.create_sandbox)
+
+async def drive():
+    async with sandboxkit.Client() as client:
+        await namespace["send_work"](client, body)
+
+asyncio.run(drive())
+root = emu.sandbox_root(body["data"]["sandbox_key"])
+assert (root / "home/user/task.py").read_bytes() == b"print('hello')\\n"
+assert (root / "home/user/data.csv").read_text() == "a,b\\n1,2\\n"
+""",
+    ),
+    "with sync.Client() as client:": (
+        """
+with sandboxkit.sync.Client() as setup:
+    resources = sandboxkit.CustomResources(cpu_count=1, memory_mb=512, disk_size_mb=1024)
+    namespace["template_id"] = setup.templates.create(name="t", resources=resources).id
+""",
+        "",
+    ),
+}
+
+RUNNER = """
+import asyncio, os
+import anyio.from_thread
+import sandboxkit
+import sandboxkit.sync
+from sandboxkit.emulator import Emulator
+
+with anyio.from_thread.start_blocking_portal() as portal:
+    emulator = Emulator(domain="localhost", build_seconds=0.2)
+    with portal.wrap_async_context_manager(emulator) as emu:
+        os.environ["SANDBOXKIT_API_KEY"] = emu.api_key
+        os.environ["SANDBOXKIT_BASE_URL"] = emu.base_url
+        os.environ["SANDBOXKIT_DATA_PLANE_SCHEME"] = emu.data_plane_scheme
+        namespace = {"sandboxkit": sandboxkit}
+        exec(compile(SETUP, "setup", "exec"))
+        exec(compile(BLOCK, "README.md", "exec"), namespace)
+        exec(compile(DRIVE, "drive", "exec"))
+print("block done")
+"""
+
+
+def test_every_python_block_is_run() -> None:
+    """Each block is the pytest example (run as a user's test above) or has a driver."""
+    for block in python_blocks():
+        drivers = [key for key in DRIVERS if key in block]
+        assert len(drivers) == 1 or "def test_" in block, block[:200]
+
+
+@pytest.mark.parametrize("key", list(DRIVERS))
+def test_python_block_runs_against_the_emulator(key: str, tmp_path: Path) -> None:
+    [block] = [b for b in python_blocks() if key in b]
+    setup, drive = DRIVERS[key]
+    script = tmp_path / "block.py"
+    script.write_text(f"BLOCK = {block!r}\nSETUP = {setup!r}\nDRIVE = {drive!r}\n{RUNNER}")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SANDBOXKIT_")}
+    done = subprocess.run(
+        [sys.executable, "-W", "error", str(script)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.endswith("block done\n")
