@@ -162,11 +162,34 @@ def test_builds_start_then_follow_a_failing_build(emulator_thread: EmulatorThrea
 
 
 def test_builds_logs_bad_level_sends_nothing(emulator_thread: EmulatorThread) -> None:
-    """An unknown --level exits 2 with one line and no request."""
+    """An unknown --level exits 2 with one line naming the choices, and no request."""
     before = len(emulator_thread.emu.journal)
     result = invoke(emulator_thread, "builds", "logs", "tpl-x", "bld-x", "--level", "loud")
-    assert_one_line_error(result, 2, "ValidationError", "level")
+    assert_one_line_error(result, 2, "--level", "'loud'", "'debug', 'info', 'warn', 'error'")
     assert len(emulator_thread.emu.journal) == before
+
+
+def test_builds_logs_level_is_case_insensitive(emulator_thread: EmulatorThread) -> None:
+    """--level ERROR is --level error: the same lines, and `level=error` on the wire."""
+    created = create(emulator_thread, "levels", "--command", "make")
+    ids = [created["id"], created["build_id"]]
+    followed = invoke(emulator_thread, "builds", "logs", *ids, "--follow")  # to its end
+    assert followed.exit_code == 0, followed.output
+    lower = invoke(emulator_thread, "builds", "logs", *ids, "--level", "error")
+    for spelling in ("ERROR", "Error"):
+        result = invoke(emulator_thread, "builds", "logs", *ids, "--level", spelling)
+        assert result.exit_code == 0, result.output
+        assert result.stdout == lower.stdout
+        sent = emulator_thread.emu.journal_for("builds.logs")[-1]
+        assert sent.query.get("level") == "error"
+    assert {line.split()[1] for line in lower.stdout.splitlines()} == {"ERROR"}
+
+
+def test_builds_logs_help_lists_the_levels_in_lower_case() -> None:
+    """The help shows the four levels as they are sent."""
+    result = CliRunner().invoke(cli, ["builds", "logs", "--help"])
+    assert result.exit_code == 0, result.output
+    assert "[debug|info|warn|error]" in result.stdout
 
 
 # --- pure helpers ------------------------------------------------------------------------

@@ -4,17 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import os
-import queue
 import signal
-import subprocess
-import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import Any, TypeVar
 
 import pytest
 from click.testing import CliRunner
@@ -23,7 +19,15 @@ from sandboxkit.cli import cli
 from sandboxkit.cli._progress import TransferBar
 from sandboxkit.emulator import Fault
 from sandboxkit.resources._download import WRITE_BATCH
-from tests.cli_support import EmulatorThread, assert_one_line_error, invoke
+from tests.cli_support import (
+    EmulatorThread,
+    Lines,
+    assert_one_line_error,
+    cli_process,
+    invoke,
+    size_units,
+    wait_for,
+)
 from tests.test_cancel_twice import HoldingServer
 
 MiB = 1 << 20
@@ -133,24 +137,6 @@ def test_download_256_mib_progress_advances_to_the_total(
         dest.unlink(missing_ok=True)
 
 
-def _cli_process(*args: str, env: dict[str, str]) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "sandboxkit.cli", *args],
-        env={**os.environ, **env},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def _wait_for(condition: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
 @pytest.mark.parametrize(
     ("signum", "code", "line"),
     [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")],
@@ -166,9 +152,9 @@ def test_signal_during_download_exits_cleanly_and_leaves_nothing(
     # then hangs, and the signal arrives while it waits.
     emulator_thread.emu.faults.script("files.download", Fault.cut(after_bytes=MiB), Fault.delay(30))
     before = len(emulator_thread.emu.journal_for("files.download"))
-    process = _cli_process("files", "download", "/home/user/slow.bin", str(tmp_path), env=env)
+    process = cli_process("files", "download", "/home/user/slow.bin", str(tmp_path), env=env)
     try:
-        _wait_for(
+        wait_for(
             lambda: len(emulator_thread.emu.journal_for("files.download")) >= before + 2, "a resume"
         )
         # Partly written: the part and its sidecar.
@@ -180,7 +166,7 @@ def test_signal_during_download_exits_cleanly_and_leaves_nothing(
         process.wait()
         emulator_thread.emu.faults.clear()
     assert process.returncode == code, stderr
-    assert stderr.strip().splitlines() == [line]
+    assert stderr.splitlines() == [line]  # no blank line before it either
     assert list(tmp_path.iterdir()) == []
 
 
@@ -222,37 +208,6 @@ class _HoldingThread:
         }
 
 
-class _Lines:
-    """The lines a child writes to one pipe, read by a thread so that waits can time out."""
-
-    def __init__(self, pipe: IO[str]) -> None:
-        self.seen: list[str] = []
-        self._queue: queue.Queue[str | None] = queue.Queue()
-        self._thread = threading.Thread(target=self._read, args=(pipe,), daemon=True)
-        self._thread.start()
-
-    def _read(self, pipe: IO[str]) -> None:
-        for line in pipe:
-            self._queue.put(line)
-        self._queue.put(None)
-
-    def wait_for(self, wanted: str, timeout: float = 20.0) -> None:
-        """Read up to the line `wanted`."""
-        deadline = time.monotonic() + timeout
-        while not self.seen or self.seen[-1].strip() != wanted:
-            line = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
-            if line is None:
-                raise AssertionError(f"the pipe ended before {wanted!r}: {self.seen}")
-            self.seen.append(line)
-
-    def all(self, timeout: float = 20.0) -> list[str]:
-        """Every line, once the pipe has ended."""
-        deadline = time.monotonic() + timeout
-        while (line := self._queue.get(timeout=max(0.0, deadline - time.monotonic()))) is not None:
-            self.seen.append(line)
-        return "".join(self.seen).strip().splitlines()
-
-
 @pytest.mark.parametrize(
     ("signum", "code", "line"),
     [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")],
@@ -264,13 +219,13 @@ def test_a_second_signal_while_exiting_changes_nothing(
     said so, leaves the status, the one line of output and the empty directory unchanged."""
     with (
         _HoldingThread() as held,
-        _cli_process("files", "download", "/f.bin", str(tmp_path), env=held.env()) as process,
+        cli_process("files", "download", "/f.bin", str(tmp_path), env=held.env()) as process,
     ):
-        stderr = _Lines(process.stderr)  # type: ignore[arg-type]
+        stderr = Lines(process.stderr)
         try:
             held.call(held.server.holding.wait())
             # A first write batch is on disk: the cleanup has a writer thread to wait for.
-            _wait_for(lambda: _part_size(tmp_path) >= WRITE_BATCH, "a batch on disk")
+            wait_for(lambda: _part_size(tmp_path) >= WRITE_BATCH, "a batch on disk")
             process.send_signal(signum)
             stderr.wait_for(line)  # the process is on its way out
             process.send_signal(signum)
@@ -291,7 +246,7 @@ def _part_size(directory: Path) -> int:
 
 def test_emulator_command_serves_until_ctrl_c() -> None:
     """`sandboxkit emulator` prints its address, answers requests, and stops on Ctrl-C."""
-    process = _cli_process("emulator", env={})
+    process = cli_process("emulator", env={})
     try:
         assert process.stdout is not None
         lines: list[str] = []
@@ -330,6 +285,7 @@ def test_demo_runs_end_to_end(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -
     out = result.stdout
     for fragment in (
         "Step 1. Start the emulator",
+        "Upload and download 64.0 MiB through faults",
         "replayed=False",
         "replayed=True",
         "same template and build ids: yes",
@@ -345,6 +301,7 @@ def test_demo_runs_end_to_end(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -
         "demo finished",
     ):
         assert fragment in out, fragment
+    assert size_units(out) == {"MiB", "MiB/s"}  # one unit system, bars included
     assert elapsed < 30
     assert list(tmp_path.iterdir()) == []
 

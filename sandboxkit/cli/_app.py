@@ -85,11 +85,12 @@ class Settings:
             **options,
         )
 
-    def run(self, work: Callable[[], Awaitable[T]]) -> T:
+    def run(self, work: Callable[[], Awaitable[T]], *, where: str | None = None) -> T:
         """Run `work()` in a fresh event loop, turning failures into one line and an exit code.
 
-        Ctrl-C and SIGTERM cancel the running task (so transfers clean up their temporary
-        files) and exit 130 and 143.
+        `where` names what the work was on (a transfer's remote path and sandbox), for the
+        error line. Ctrl-C and SIGTERM cancel the running task (so transfers clean up their
+        temporary files) and exit 130 and 143.
         """
         try:
             return run_cancellable(work)
@@ -102,7 +103,7 @@ class Settings:
         except click.ClickException:
             raise
         except Exception as exc:
-            fail(exc, debug=self.debug)
+            fail(exc, debug=self.debug, where=where)
 
 
 def run_cancellable(work: Callable[[], Awaitable[T]]) -> T:
@@ -169,23 +170,27 @@ async def _call(work: Callable[[], Awaitable[T]], interrupts: _Interrupts) -> T:
         interrupts.cancel = None
 
 
-def describe(exc: BaseException) -> str:
-    """One line naming the error's class, status, request id and message.
+def describe(exc: BaseException, where: str | None = None) -> str:
+    """One line naming the error's class, status, request id, what failed and the message.
 
-    Example: ``NotFoundError: status=404 request_id=req-1f: template not found``.
+    `where` (e.g. ``/home/user/a.bin on sbx-1``, a transfer's remote path and sandbox) goes
+    just before the message. Examples: ``NotFoundError: status=404 request_id=req-1f:
+    template not found``, ``NotFoundError: status=404: /home/user/a.bin on sbx-1: file not
+    found``.
     """
     name = type(exc).__name__
+    place = f"{where}: " if where else ""
     if isinstance(exc, sandboxkit.APIError):
         facts = [f"status={exc.status}"]
         if exc.code is not None:
             facts.append(f"code={exc.code}")
         if exc.request_id:
             facts.append(f"request_id={exc.request_id}")
-        text = f"{name}: {' '.join(facts)}: {exc.message}"
+        text = f"{name}: {' '.join(facts)}: {place}{exc.message}"
     elif isinstance(exc, sandboxkit.ValidationError):
-        text = f"{name}: {exc} (nothing was sent)"
+        text = f"{name}: {place}{exc} (nothing was sent)"
     else:
-        text = f"{name}: {exc}" if str(exc) else name
+        text = f"{name}: {place}{exc}" if str(exc) else f"{name}: {where}" if where else name
     # Multi-line service messages would break "one line"; fold them.
     return " ".join(text.split())
 
@@ -195,11 +200,11 @@ def exit_code(exc: BaseException) -> int:
     return EXIT_INPUT if isinstance(exc, sandboxkit.ValidationError) else EXIT_API
 
 
-def fail(exc: BaseException, *, debug: bool) -> NoReturn:
+def fail(exc: BaseException, *, debug: bool, where: str | None = None) -> NoReturn:
     """Print `exc` as one line on stderr (and its traceback with `--debug`), then exit."""
     if debug:
         traceback.print_exception(exc, file=sys.stderr)
-    click.echo(f"error: {describe(exc)}", err=True)
+    click.echo(f"error: {describe(exc, where)}", err=True)
     raise SystemExit(exit_code(exc))
 
 

@@ -20,7 +20,16 @@ import sandboxkit
 from ._app import Settings
 from ._emulator import emulator
 
-__all__ = ["LEVEL_STYLES", "builds", "builds_table", "emulator", "log_line", "templates", "to_json"]
+__all__ = [
+    "LEVEL_STYLES",
+    "builds",
+    "builds_table",
+    "emulator",
+    "log_line",
+    "not_started_note",
+    "templates",
+    "to_json",
+]
 
 LEVEL_STYLES = {"debug": "dim", "info": "cyan", "warn": "yellow", "error": "bold red"}
 
@@ -224,7 +233,12 @@ def builds_start(settings: Settings, template_id: str, build_id: str) -> None:
 @builds.command("logs")
 @click.argument("template_id")
 @click.argument("build_id")
-@click.option("--level", help="Only this level: debug, info, warn or error.")
+@click.option(
+    "--level",
+    # click gives back the choice as listed, so `ERROR` is sent as `error`.
+    type=click.Choice(sandboxkit.LogLevel.ALL, case_sensitive=False),
+    help="Only this level (any case).",
+)
 @click.option("--follow", "-f", is_flag=True, help="Keep reading until the build finishes.")
 @click.pass_obj
 def builds_logs(
@@ -233,17 +247,43 @@ def builds_logs(
     """Print the logs of BUILD_ID, coloured by level.
 
     With --follow, waits for new lines until the build finishes (exit 1 if it failed) or
-    Ctrl-C.
+    Ctrl-C; a build that has not started yet is said so on stderr, with the command that
+    starts it.
     """
     console = Console(highlight=False)
 
     async def work() -> None:
         async with settings.client() as client:
+            # Made first: it checks the input, so nothing is sent for a bad id.
             stream = client.templates.build_logs(
                 template_id, build_id, level=level, follow=follow, raise_on_failure=follow
             )
+            if follow and (note := await not_started_note(client, template_id, build_id)):
+                click.echo(note, err=True)
             async with stream:
                 async for entry in stream:
                     console.print(log_line(entry))
 
     settings.run(work)
+
+
+async def not_started_note(
+    client: sandboxkit.Client, template_id: str, build_id: str
+) -> str | None:
+    """What to say before following a build that has not started, else None.
+
+    Not started is status `waiting` with no log entry yet: a split-flow build that nobody
+    started (`waiting` with entries is a started build queued for a builder). Following it
+    would otherwise print nothing, with nothing saying why.
+    """
+    peek = client.templates.build_logs(template_id, build_id, limit=1)  # every level
+    async with peek:
+        async for _ in peek:
+            return None
+    build = await client.templates.get_build(template_id, build_id)
+    if build is None or build.status != sandboxkit.BuildStatus.WAITING:
+        return None
+    return (
+        f"build {build_id} is waiting: it has not started; start it with "
+        f"`sandboxkit builds start {template_id} {build_id}`"
+    )

@@ -7,6 +7,7 @@ import os
 import socket
 import time
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import anyio
@@ -18,9 +19,16 @@ import sandboxkit
 from sandboxkit.emulator import EmulatorResolver
 
 from ._app import Settings
-from ._progress import TransferBar, format_size, transfer_progress
+from ._progress import TransferBar, format_mib, format_throughput, transfer_progress
 
-__all__ = ["EmulatorAwareResolver", "download_line", "files", "sha256_of", "upload_line"]
+__all__ = [
+    "EmulatorAwareResolver",
+    "download_line",
+    "files",
+    "remote_place",
+    "sha256_of",
+    "upload_line",
+]
 
 
 class EmulatorAwareResolver(AbstractResolver):
@@ -87,12 +95,18 @@ def _sandbox_options(command: click.decorators.FC) -> click.decorators.FC:
 
 
 def _open_sandbox(
-    settings: Settings, sandbox_key: str, domain: str, token: str, scheme: str
+    settings: Settings, sandbox_key: str, domain: str, token: str, scheme: str, **options: Any
 ) -> tuple[sandboxkit.Client, sandboxkit.Sandbox]:
+    """A data-plane-only client (with `options`) and its handle on the sandbox."""
     client = settings.client(
-        control_plane=False, data_plane_scheme=scheme, resolver=EmulatorAwareResolver()
+        control_plane=False, data_plane_scheme=scheme, resolver=EmulatorAwareResolver(), **options
     )
     return client, client.sandbox(sandbox_key=sandbox_key, domain=domain, access_token=token)
+
+
+def remote_place(remote: str, sandbox_key: str) -> str:
+    """What a transfer's error line names: `/home/user/a.bin on sbx-1`."""
+    return f"{remote} on {sandbox_key}"
 
 
 def sha256_of(path: Path) -> str:
@@ -106,20 +120,18 @@ def sha256_of(path: Path) -> str:
 
 def download_line(result: sandboxkit.DownloadResult) -> str:
     """The final line of a download: size, elapsed, rate, attempts, resumes and sha256."""
-    rate = result.size / result.elapsed if result.elapsed > 0 else 0.0
     return (
-        f"downloaded {format_size(result.size)} to {result.path} in {result.elapsed:.2f} s "
-        f"({format_size(int(rate))}/s), attempts={result.attempts} resumes={result.resumes} "
-        f"sha256={result.sha256 or '-'}"
+        f"downloaded {format_mib(result.size)} to {result.path} in {result.elapsed:.2f} s "
+        f"({format_throughput(result.size, result.elapsed)}), attempts={result.attempts} "
+        f"resumes={result.resumes} sha256={result.sha256 or '-'}"
     )
 
 
 def upload_line(remote: str, size: int, elapsed: float, sha256: str) -> str:
     """The final line of an upload: size, elapsed, rate and the local file's sha256."""
-    rate = size / elapsed if elapsed > 0 else 0.0
     return (
-        f"uploaded {format_size(size)} to {remote} in {elapsed:.2f} s "
-        f"({format_size(int(rate))}/s), resumes=0 (uploads restart whole) sha256={sha256}"
+        f"uploaded {format_mib(size)} to {remote} in {elapsed:.2f} s "
+        f"({format_throughput(size, elapsed)}), resumes=0 (uploads restart whole) sha256={sha256}"
     )
 
 
@@ -154,17 +166,19 @@ def files_download(
     console = Console(stderr=True)
 
     async def work() -> sandboxkit.DownloadResult:
-        client, sandbox = _open_sandbox(settings, sandbox_key, domain, token, data_plane_scheme)
-        async with client:
-            with transfer_progress(console) as progress:
-                bar = TransferBar(progress, f"download {remote}")
+        # The bar exists before the client, so that a client option can feed it (a retry
+        # hook calling `bar.waiting`).
+        with transfer_progress(console) as progress:
+            bar = TransferBar(progress, f"download {remote}")
+            client, sandbox = _open_sandbox(settings, sandbox_key, domain, token, data_plane_scheme)
+            async with client:
                 result = await sandbox.files.download(
                     remote, dest, progress=bar, checksum=not no_checksum
                 )
-                bar.finish(result.size)
-            return result
+            bar.finish(result.size)
+        return result
 
-    click.echo(download_line(settings.run(work)))
+    click.echo(download_line(settings.run(work, where=remote_place(remote, sandbox_key))))
 
 
 @files.command("upload")
@@ -186,15 +200,15 @@ def files_upload(
     size = os.path.getsize(source)
 
     async def work() -> tuple[float, str]:
-        client, sandbox = _open_sandbox(settings, sandbox_key, domain, token, data_plane_scheme)
-        async with client:
-            started = time.monotonic()
-            with transfer_progress(console) as progress:
-                bar = TransferBar(progress, f"upload {source.name}")
+        with transfer_progress(console) as progress:  # before the client: see download
+            bar = TransferBar(progress, f"upload {source.name}")
+            client, sandbox = _open_sandbox(settings, sandbox_key, domain, token, data_plane_scheme)
+            async with client:
+                started = time.monotonic()
                 await sandbox.files.upload(remote, source, progress=bar)
-                bar.finish(size)
-            elapsed = time.monotonic() - started
+                elapsed = time.monotonic() - started
+            bar.finish(size)
         return elapsed, await anyio.to_thread.run_sync(sha256_of, source)
 
-    elapsed, digest = settings.run(work)
+    elapsed, digest = settings.run(work, where=remote_place(remote, sandbox_key))
     click.echo(upload_line(remote, size, elapsed, digest))
