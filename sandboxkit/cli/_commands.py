@@ -247,14 +247,13 @@ def builds_logs(
     """Print the logs of BUILD_ID, coloured by level.
 
     With --follow, waits for new lines until the build finishes (exit 1 if it failed) or
-    Ctrl-C; a build that has not started yet is said so on stderr, with the command that
-    starts it.
+    Ctrl-C; if the build has not started, says so on stderr with the command that starts it.
     """
     console = Console(highlight=False)
 
     async def work() -> None:
         async with settings.client() as client:
-            # Made first: it checks the input, so nothing is sent for a bad id.
+            # Made first: bad input fails here, before the note's requests.
             stream = client.templates.build_logs(
                 template_id, build_id, level=level, follow=follow, raise_on_failure=follow
             )
