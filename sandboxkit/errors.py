@@ -136,8 +136,8 @@ class HostNotFoundError(APIConnectionError):
 
 class ProxyError(APIConnectionError):
     """The proxy refused the tunnel to an https host: its CONNECT answer's `status` (407:
-    credentials wanted or refused; 502/503/504, the only ones retried: host unreachable).
-    A plain-http request through a proxy gets the proxy's answer as an `APIError`."""
+    credentials wanted or refused; 502/503: host unreachable). Retried as an `APIError` of
+    that status would be. A plain-http request gets the proxy's answer as an `APIError`."""
 
     def __init__(self, message: str, *, status: int, operation: str | None = None) -> None:
         super().__init__(message, operation=operation)

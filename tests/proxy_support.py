@@ -32,11 +32,20 @@ class ProxyServer:
     Args:
         folder: where its port file, record and log go.
         basic_auth: `user:password` to demand (407 without them), or None.
+        certificate: the (certificate, key) PEM files of an https proxy (TLS to the proxy
+            itself), or None for an http one.
     """
 
-    def __init__(self, folder: Path, *, basic_auth: str | None = None) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        *,
+        basic_auth: str | None = None,
+        certificate: tuple[Path, Path] | None = None,
+    ) -> None:
         self._folder = folder
         self._basic_auth = basic_auth
+        self._certificate = certificate
         self._record = folder / "proxy-record.jsonl"
         self._log = folder / "proxy.log"
         self._process: subprocess.Popen[bytes] | None = None
@@ -44,8 +53,9 @@ class ProxyServer:
 
     @property
     def url(self) -> str:
-        """`http://127.0.0.1:PORT`, without credentials."""
-        return f"http://127.0.0.1:{self.port}"
+        """`http://127.0.0.1:PORT` (https for an https proxy), without credentials."""
+        scheme = "https" if self._certificate else "http"
+        return f"{scheme}://127.0.0.1:{self.port}"
 
     def __enter__(self) -> ProxyServer:
         port_file = self._folder / "proxy.port"
@@ -56,6 +66,9 @@ class ProxyServer:
         command += ["--log-level", "WARNING", "--log-file", str(self._log)]
         if self._basic_auth is not None:
             command += ["--basic-auth", self._basic_auth]
+        if self._certificate is not None:
+            command += ["--cert-file", str(self._certificate[0])]
+            command += ["--key-file", str(self._certificate[1])]
         # The proxy's own environment has no proxy of its own (the test's may, on purpose).
         env = {k: v for k, v in os.environ.items() if k.lower() not in PROXY_VARIABLES}
         env[RECORD_ENV] = str(self._record)

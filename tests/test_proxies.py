@@ -18,6 +18,7 @@ from typing import Any
 
 import anyio
 import pytest
+import trustme
 
 import sandboxkit
 from sandboxkit.emulator import Emulator, EmulatorResolver
@@ -30,13 +31,15 @@ LIMIT = 20
 PAYLOAD = b"payload through the proxy " * 200
 USER = "proxy-USER-7"
 PASSWORD = "proxy-PW-SECRET-9"
-# Every form the proxy credentials could leak in: as given, and as the header carries them.
-CREDENTIALS = [
-    USER,
-    PASSWORD,
-    f"{USER}:{PASSWORD}",
-    base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode(),
-]
+
+
+def credential_forms(user: str, password: str) -> list[str]:
+    """Every form proxy credentials could leak in: as given, and as the header carries them."""
+    pair = f"{user}:{password}"
+    return [user, password, pair, base64.b64encode(pair.encode()).decode()]
+
+
+CREDENTIALS = credential_forms(USER, PASSWORD)
 
 
 @pytest.fixture
@@ -145,6 +148,28 @@ async def test_https_goes_through_a_tunnel_the_proxy_cannot_read(
     hidden = [tls_emulator.api_key, box.token, "X-Access-Token", "Authorization", "/api/"]
     assert secrets_in(tap.sent.decode("latin-1"), hidden) == []
     assert PAYLOAD[:64] not in tap.sent and PAYLOAD[::-1][:64] not in tap.sent
+
+
+async def test_an_https_proxy_carries_tls_inside_tls(
+    tmp_path: Path, clean_proxy_env: pytest.MonkeyPatch
+) -> None:
+    """An `https://` proxy: TLS to the proxy, each host's TLS inside it (the CONNECT
+    itself is encrypted: on the wire to the proxy not even a host name is in clear)."""
+    ca = trustme.CA()
+    issued = ca.issue_cert("127.0.0.1")
+    cert, key = tmp_path / "proxy-cert.pem", tmp_path / "proxy-key.pem"
+    issued.cert_chain_pems[0].write_to_path(str(cert))
+    issued.private_key_pem.write_to_path(str(key))
+    with ProxyServer(tmp_path, certificate=(cert, key)) as proxy:
+        async with Emulator(ca=ca) as emu, WireTap(proxy.port) as tap:
+            box = await new_sandbox(emu)
+            async with emu.client(proxy=tap.url.replace("http:", "https:")) as client:
+                await both_planes(client, emu, box, tmp_path / "f.bin")
+            assert len(emu.journal) == 4
+        assert {r["method"] for r in proxy.records()} == {"CONNECT"}
+        assert proxy.targets() == {box.console, box.data_host}
+    hidden = ["CONNECT", box.data_host, emu.api_key, box.token]
+    assert tap.connections >= 2 and secrets_in(tap.sent.decode("latin-1"), hidden) == []
 
 
 async def test_certificates_are_verified_through_the_tunnel(
@@ -257,6 +282,27 @@ async def test_a_dead_proxy_is_a_connection_error_naming_the_proxy(
     assert emulator.journal == []
 
 
+async def test_a_tunnel_the_proxy_cannot_open_is_retried(
+    tls_emulator: Emulator, proxy_server: ProxyServer, clean_proxy_env: pytest.MonkeyPatch
+) -> None:
+    """A proxy that cannot reach the host answers its CONNECT 502: a ProxyError with that
+    status, retried as a bad gateway is (one CONNECT per attempt)."""
+    box = await new_sandbox(tls_emulator)
+    async with WireTap(proxy_server.port) as tap:
+        retry = sandboxkit.RetryPolicy.no_delay(3)
+        async with tls_emulator.client(proxy=tap.url, retry=retry) as client:
+            sbx = client.sandbox(
+                sandbox_key=box.body["data"]["sandbox_key"],
+                domain=f"sandbox.test:{refused_port()}",
+                access_token=box.token,
+            )
+            with anyio.fail_after(LIMIT), pytest.raises(sandboxkit.ProxyError) as caught:
+                await sbx.files.read_bytes("/home/user/f.bin")
+    assert caught.value.status == 502 and "the proxy answered 502" in str(caught.value)
+    assert tap.sent.count(b"CONNECT ") == 3
+    assert box.token.encode() not in tap.sent
+
+
 async def test_netrc_is_never_read(
     emulator: Emulator,
     proxy_server: ProxyServer,
@@ -300,6 +346,10 @@ async def test_proxy_credentials_work(
     records = auth_proxy_server.records()
     assert len(records) == (2 if tls else 4)
     assert {r["headers"]["Proxy-Authorization"] for r in records} == {f"Basic {CREDENTIALS[3]}"}
+    assert len(emu.journal) == 4
+    if tls:  # the hosts never got them (a plain request's are the proxy's to remove, and
+        # proxy.py removes them from the first request of a connection only)
+        assert all("Proxy-Authorization" not in entry.headers for entry in emu.journal)
 
 
 @pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
@@ -329,7 +379,7 @@ async def test_wrong_proxy_credentials_fail_at_once(
                 assert type(error) is expected and error.status == 407  # type: ignore[attr-defined]
                 assert "credentials" in str(error) or not tls
                 text = exception_text(error) + frame_locals_text(error)
-                assert secrets_in(text, ["wrong-PW-SECRET", USER]) == []
+                assert secrets_in(text, credential_forms(USER, "wrong-PW-SECRET")) == []
     assert tap.sent.count(b"CONNECT " if tls else b"GET ") == 2
     assert auth_proxy_server.records() == [] and emu.journal == []
 

@@ -13,6 +13,7 @@ import pytest
 
 import sandboxkit
 from sandboxkit._proxies import Proxy, ProxyRoutes, bypassed, parse_proxy, redacted, routes
+from sandboxkit._retry import is_outage, is_retryable, is_transient
 
 SECRET = "pw-SECRET"
 
@@ -220,3 +221,30 @@ def test_trust_env_must_be_a_bool() -> None:
     """`trust_env="no"` is refused rather than read as true."""
     with pytest.raises(sandboxkit.ValidationError, match="trust_env"):
         routes(None, trust_env="no", environ={})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("status", "retried", "outage"),
+    [
+        (407, False, False),
+        (403, False, False),
+        (502, True, True),
+        (503, True, True),
+        (504, True, False),
+    ],
+)
+def test_a_refused_tunnel_is_retried_only_when_the_host_was_unreachable(
+    status: int, retried: bool, outage: bool
+) -> None:
+    """A ProxyError's status decides, as an APIError's does: 407 and 403 stay so."""
+    error = sandboxkit.ProxyError("x", status=status, operation="op")
+    assert is_retryable(error, sandboxkit.RetryPolicy()) is retried
+    assert is_transient(error) is retried
+    assert is_outage(error) is outage
+    copy = pickle.loads(pickle.dumps(error))
+    assert (type(copy), copy.status, copy.operation, str(copy)) == (
+        sandboxkit.ProxyError,
+        status,
+        "op",
+        "x",
+    )
