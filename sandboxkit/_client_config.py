@@ -27,6 +27,7 @@ from ._config import (
     Timeout,
     resolve_data_plane_scheme,
 )
+from ._proxies import parse_proxy, redacted
 from .errors import ValidationError
 
 __all__ = ["ClientConfig", "SSLFactory", "SSLOption"]
@@ -69,6 +70,15 @@ def _check_type(kind: type) -> Callable[[object, attrs.Attribute[Any], object], 
     return check
 
 
+def _check_proxy(_: object, __: attrs.Attribute[Any], value: object) -> None:
+    if value is not None:
+        parse_proxy(value, source="ClientConfig.proxy")
+
+
+def _proxy_repr(value: str | None) -> str:
+    return repr(None if value is None else redacted(value))
+
+
 def _optional_text(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if value is not None and not isinstance(value, str):
         raise ValidationError(f"ClientConfig.{attribute.name} must be a string or None")
@@ -89,6 +99,9 @@ class ClientConfig:
             picklable zero-argument factory returning an `ssl.SSLContext`.
         resolver: a picklable zero-argument factory returning an aiohttp resolver (a
             resolver class works), or None for aiohttp's default.
+        proxy: as for Client; its credentials are not shown in `repr`.
+        trust_env: as for Client; the environment read is the one where the Client is
+            built (a worker's own proxy settings).
 
     Raises:
         ValidationError: an option of the wrong kind, or one that does not pickle (a lambda
@@ -109,6 +122,8 @@ class ClientConfig:
     data_plane_scheme: str | None = attrs.field(default=None, validator=_check_scheme)
     ssl: SSLOption = attrs.field(default=True, validator=_check_ssl)
     resolver: Callable[[], Any] | None = attrs.field(default=None, validator=_check_resolver)
+    proxy: str | None = attrs.field(default=None, repr=_proxy_repr, validator=_check_proxy)
+    trust_env: bool = attrs.field(default=True, validator=_check_type(bool))
 
     def __attrs_post_init__(self) -> None:
         # Field by field, so the message names the option that would break in a worker.

@@ -21,6 +21,7 @@ from .errors import (
     APIError,
     APITimeoutError,
     HostNotFoundError,
+    ProxyError,
     RemoteProtocolError,
     SandboxKitError,
     TLSHandshakeError,
@@ -67,6 +68,8 @@ def is_retryable(
         if error.status in RETRYABLE_STATUSES:
             return True
         return policy.retry_server_errors and error.status == 500
+    if isinstance(error, ProxyError):  # 407, 403: the proxy's answer stays the same
+        return error.status in RETRYABLE_STATUSES
     if isinstance(error, RemoteProtocolError):
         return not malformed_before
     if isinstance(error, HostNotFoundError | TLSHandshakeError):
@@ -153,8 +156,8 @@ class ConcurrencyWindow:
 
 def is_outage(error: SandboxKitError) -> bool:
     """Whether `error` says the host is down rather than this request went wrong: no
-    connection, no answer in time, or the gateway's 502/503 for it."""
-    if isinstance(error, APIError):
+    connection, no answer in time, or the gateway's (or the proxy's) 502/503 for it."""
+    if isinstance(error, APIError | ProxyError):
         return error.status in OUTAGE_STATUSES
     if isinstance(error, HostNotFoundError | TLSHandshakeError):
         return False  # wrong address or wrong scheme: not down, and never retried anyway
@@ -164,7 +167,7 @@ def is_outage(error: SandboxKitError) -> bool:
 def is_transient(error: BaseException) -> bool:
     """Whether `error` is the kind a later try may not meet: the host down or busy (429,
     502, 503, 504), no connection, no answer in time. A partial file is kept for it."""
-    if isinstance(error, APIError):
+    if isinstance(error, APIError | ProxyError):
         return error.status in RETRYABLE_STATUSES
     return isinstance(error, SandboxKitError) and is_outage(error)
 

@@ -19,6 +19,7 @@ from .errors import (
     APITimeoutError,
     CertificateVerificationError,
     HostNotFoundError,
+    ProxyError,
     RemoteProtocolError,
     TLSHandshakeError,
     TransportError,
@@ -71,6 +72,17 @@ def translate(exc: Exception, operation: str) -> TransportError | None:
         return None  # already ours
     if isinstance(exc, TimeoutError | aiohttp.ServerTimeoutError):
         return APITimeoutError(f"{operation}: timed out", operation=operation)
+    if isinstance(exc, aiohttp.ClientHttpProxyError):
+        # The proxy's answer to CONNECT. Its request_info holds the Proxy-Authorization
+        # header: only the status and the reason's first words are taken.
+        reason = (exc.message or "").split(":", 1)[0].strip()[:100]
+        hint = ": check the credentials in the proxy URL" if exc.status == 407 else ""
+        return ProxyError(
+            f"{operation}: the proxy answered {exc.status} {reason} to the tunnel for "
+            f"{exc.request_info.url.host}{hint}",
+            status=exc.status,
+            operation=operation,
+        )
     if isinstance(exc, aiohttp.ClientConnectorCertificateError):
         return CertificateVerificationError(
             f"{operation}: TLS certificate verification failed for {exc.host}: pass ssl= a "
@@ -96,8 +108,9 @@ def translate(exc: Exception, operation: str) -> TransportError | None:
             operation=operation,
         )
     if isinstance(exc, aiohttp.ClientConnectorError):
+        proxy = "the proxy " if isinstance(exc, aiohttp.ClientProxyConnectionError) else ""
         return APIConnectionError(
-            f"{operation}: cannot connect to {exc.host}:{exc.port} ({exc.strerror or exc})",
+            f"{operation}: cannot connect to {proxy}{exc.host}:{exc.port} ({exc.strerror or exc})",
             operation=operation,
         )
     if isinstance(exc, aiohttp.ServerDisconnectedError):

@@ -32,6 +32,7 @@ from ._protocol import (
     ApiRequest,
     query_string,
 )
+from ._proxies import PROXY_AUTHORIZATION, ProxyRoutes
 from ._retry import is_outage
 from ._translate import mapped, translate
 from ._version import __version__
@@ -76,12 +77,15 @@ class Transport:
         limits: Limits,
         ssl: SSLOption,
         resolver: aiohttp.abc.AbstractResolver | None,
+        proxies: ProxyRoutes | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.base_url = base_url
         self._authorization = f"Bearer {api_key}"
         self.limits = limits
         self._ssl = ssl
+        self._proxies = proxies if proxies is not None else ProxyRoutes()
+        self._tunnel_headers = self._proxies.tunnel_headers()
         # Without a resolver of the caller's, `*.localhost` is loopback (a standalone
         # emulator's sandbox hosts) and every other name resolves as aiohttp's default does.
         self._own_resolver = LocalhostResolver() if resolver is None else None
@@ -126,6 +130,19 @@ class Transport:
             enable_cleanup_closed=False,
         )
 
+    def _proxied(self, origin: str, headers: dict[str, str]) -> dict[str, Any]:
+        """A session's `headers=` and `proxy=` for its one origin, so the proxy is chosen
+        once, when it is made. aiohttp's `trust_env` stays off (it would read `.netrc`):
+        `_proxies` read the environment. Proxy credentials ride on each request to an http
+        origin (the proxy reads them), and only on the CONNECT for an https one
+        (`_tunnel_headers`, per request: a session's headers would go through the tunnel)."""
+        proxy = self._proxies.for_origin(origin)
+        if proxy is None:
+            return {"headers": headers}
+        if proxy.authorization is not None and origin[:5].lower() == "http:":
+            headers = {**headers, PROXY_AUTHORIZATION: proxy.authorization}
+        return {"headers": headers, "proxy": proxy.url}
+
     def _check_open(self) -> None:
         if self._closed:
             raise ClientStateError("this sandboxkit.Client is closed; create a new one")
@@ -135,28 +152,26 @@ class Transport:
             self._control = _uncounted_resends_off(
                 aiohttp.ClientSession(
                     connector=self._connector(self.limits.control_plane_connections),
-                    headers={"User-Agent": USER_AGENT},
                     # Responses are JSON we decode ourselves; nothing is ever auto-redirected.
                     auto_decompress=True,
                     trust_env=False,
+                    **self._proxied(self.base_url, {"User-Agent": USER_AGENT}),
                 )
             )
         return self._control
 
     def _make_host_session(self, host: HostKey) -> aiohttp.ClientSession:
+        # `identity`: the body is the file's raw bytes, and Range offsets count them (an
+        # answer coded anyway is decoded by StreamingResponse, never written as the file).
+        # No token here: aiohttp sends a session's headers in its CONNECT to a proxy too, in
+        # clear; `open` adds it to each request (on this host's session only).
+        headers = {"User-Agent": USER_AGENT, ACCEPT_ENCODING: "identity"}
         session = aiohttp.ClientSession(
             base_url=host.origin,
             connector=self._connector(self.limits.per_host_connections),
-            # The sandbox token rides on this host's session only; it never goes elsewhere.
-            # `identity`: the body is the file's raw bytes, and Range offsets count them (an
-            # answer coded anyway is decoded by StreamingResponse, never written as the file).
-            headers={
-                "User-Agent": USER_AGENT,
-                ACCESS_TOKEN: host.token,
-                ACCEPT_ENCODING: "identity",
-            },
             auto_decompress=False,
             trust_env=False,
+            **self._proxied(host.origin, headers),
         )
         return _uncounted_resends_off(session)
 
@@ -186,6 +201,7 @@ class Transport:
                 # Built inline, never a local of this frame: tracebacks with locals (Sentry)
                 # must not find the API key here.
                 headers=self._headers(request),
+                proxy_headers=self._tunnel_headers,
                 timeout=_client_timeout(timeout),
                 allow_redirects=False,
             ) as response:
@@ -259,7 +275,9 @@ class Transport:
                     pool.session.request(
                         method,
                         f"{path}?{query_string(params)}" if params else path,  # as in send()
-                        headers=headers,
+                        # Inline, as in send(): the token rides inside the tunnel only.
+                        headers={**(headers or {}), ACCESS_TOKEN: host.token},
+                        proxy_headers=self._tunnel_headers,
                         data=data,
                         timeout=_client_timeout(timeout),
                         allow_redirects=False,

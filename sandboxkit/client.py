@@ -24,6 +24,7 @@ from ._config import (
     resolve_base_url,
     resolve_data_plane_scheme,
 )
+from ._proxies import routes
 from ._transport import Transport
 from .errors import ValidationError
 from .resources.sandbox import Sandbox, address_from_response, check_address
@@ -51,6 +52,18 @@ class Client:
         resolver: an aiohttp resolver used by every pool. Default: aiohttp's, except that
             `localhost` and every `*.localhost` name are loopback (RFC 6761), as in curl
             and browsers: a standalone emulator's sandbox hosts are `{key}.localhost:PORT`.
+            Through a proxy, the proxy resolves the hosts it is asked for: this resolver
+            then finds only the proxy.
+        proxy: `http://[user:password@]host:port` (or `https://`): every request of every
+            pool goes through this proxy, and the environment's proxy variables are not
+            read. An https origin is reached through a CONNECT tunnel, so the proxy never
+            sees the API key or a sandbox token; a plain-http origin (an `http` data plane)
+            is sent through the proxy in clear, token included.
+        trust_env: without `proxy=`, use the environment's proxies as curl, requests and
+            httpx do: `HTTPS_PROXY` for https origins, `HTTP_PROXY` for http ones (lower-case
+            names too, and first), except the hosts `NO_PROXY` lists (`*`, names with the
+            names under them, IPs, networks). Read once, when the Client is built. False:
+            no proxy. `.netrc` is never read.
 
     Example::
 
@@ -70,8 +83,11 @@ class Client:
         data_plane_scheme: str | None = None,
         ssl: ssl_module.SSLContext | bool = True,
         resolver: aiohttp.abc.AbstractResolver | None = None,
+        proxy: str | None = None,
+        trust_env: bool = True,
     ) -> None:
         data_plane_scheme = resolve_data_plane_scheme(data_plane_scheme)
+        proxies = routes(proxy, trust_env=trust_env)
         if not isinstance(ssl, ssl_module.SSLContext | bool):
             raise ValidationError("ssl must be an ssl.SSLContext or a bool")
         self.base_url = resolve_base_url(base_url)
@@ -85,6 +101,7 @@ class Client:
             limits=self.limits,
             ssl=ssl,
             resolver=resolver,
+            proxies=proxies,
         )
         self._calls = Calls(self._transport, self.retry, self.timeout)
         self._templates = Templates(self._calls)
@@ -126,6 +143,8 @@ class Client:
             data_plane_scheme=config.data_plane_scheme,
             ssl=config.make_ssl(),
             resolver=resolver,
+            proxy=config.proxy,
+            trust_env=config.trust_env,
         )
 
     def __repr__(self) -> str:

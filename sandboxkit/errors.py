@@ -8,6 +8,7 @@ The tree::
     ├── TransportError                          no usable HTTP answer
     │   ├── APIConnectionError                  connect failed, connection cut, bad framing
     │   │   ├── HostNotFoundError               the host name does not resolve       (*)
+    │   │   ├── ProxyError                      the proxy refused the tunnel     (*: but 5xx)
     │   │   └── TLSHandshakeError               TLS cannot be set up (a plain port)  (*)
     │   │       └── CertificateVerificationError   the certificate is not trusted    (*)
     │   ├── RemoteProtocolError                 the answer's head is not valid HTTP   (*)
@@ -76,6 +77,7 @@ __all__ = [
     "PaginationError",
     "PayloadTooLargeError",
     "PermissionDeniedError",
+    "ProxyError",
     "QuotaExceededError",
     "RangeNotSatisfiableError",
     "RateLimitError",
@@ -130,6 +132,20 @@ class HostNotFoundError(APIConnectionError):
 
     A temporary resolver failure (`EAI_AGAIN`) is a plain, retried `APIConnectionError`.
     """
+
+
+class ProxyError(APIConnectionError):
+    """The proxy refused the tunnel to an https host: its CONNECT answer's `status` (407:
+    credentials wanted or refused; 502/503: host unreachable). Retried as an `APIError` of
+    that status would be. A plain-http request gets the proxy's answer as an `APIError`."""
+
+    def __init__(self, message: str, *, status: int, operation: str | None = None) -> None:
+        super().__init__(message, operation=operation)
+        self.status = status
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        kwargs = {"status": self.status, "operation": self.operation}
+        return _rebuild, (type(self), (self.message,), kwargs)
 
 
 class HostUnavailableError(APIConnectionError):

@@ -319,6 +319,8 @@ class ClientOptions(TypedDict, total=False):
     data_plane_scheme: str | None
     ssl: ssl.SSLContext | bool
     resolver: AbstractResolver | None
+    proxy: str | None
+    trust_env: bool
 
 
 class Client(_Facade[_client.Client]):

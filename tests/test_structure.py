@@ -19,7 +19,7 @@ ROOT = Path(sandboxkit.__file__).parent
 # A dotted name places one module of a package; the longest matching name decides.
 LAYERS: list[tuple[str, ...]] = [
     ("errors", "models", "_version", "_record_decoder"),
-    ("_config", "_protocol", "_convert", "_operations"),
+    ("_config", "_protocol", "_convert", "_operations", "_proxies"),
     ("_answers", "_retry", "_validation", "_cursors", "_resume"),
     ("_pools", "_circuits", "_cancel", "_translate", "_localhost"),
     ("_bodies",),

@@ -325,13 +325,17 @@ class Emulator:
 
         Returns:
             ``sandboxkit.client.Client(api_key=..., base_url=..., data_plane_scheme=...,
-            resolver=..., ssl=...)`` (``ssl`` only when TLS is on).
+            resolver=..., trust_env=False, ssl=...)`` (``ssl`` only when TLS is on).
+            ``trust_env=False``: the environment's proxies are not used, since a proxy
+            could not resolve the names only :attr:`resolver` knows, and the emulator is on
+            this machine; pass ``trust_env=True`` or ``proxy=`` to go through one.
         """
         kwargs: dict[str, Any] = {
             "api_key": self.api_key,
             "base_url": self.base_url,
             "data_plane_scheme": self.data_plane_scheme,
             "resolver": self.resolver,
+            "trust_env": False,
         }
         if self._client_ssl is not None:
             kwargs["ssl"] = self._client_ssl
