@@ -139,6 +139,20 @@ assert (root / "home/user/task.py").read_bytes() == b"print('hello')\\n"
 assert (root / "home/user/data.csv").read_text() == "a,b\\n1,2\\n"
 """,
     ),
+    "async def through_a_proxy": (
+        "",
+        """
+import pathlib, sys, tempfile
+sys.path.insert(0, str(pathlib.Path(sandboxkit.__file__).resolve().parent.parent))
+from tests.proxy_support import ProxyServer
+
+with tempfile.TemporaryDirectory() as folder, ProxyServer(pathlib.Path(folder)) as proxy:
+    body = portal.call(emu.create_sandbox)
+    got = asyncio.run(namespace["through_a_proxy"](proxy.url, body))
+    assert got == b"hello through the proxy\\n", got
+    assert [r["method"] for r in proxy.records()] == ["POST", "GET"], proxy.records()
+""",
+    ),
     "with sync.Client() as client:": (
         """
 with sandboxkit.sync.Client() as setup:
