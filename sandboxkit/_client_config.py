@@ -27,6 +27,8 @@ from ._config import (
     Timeout,
     resolve_data_plane_scheme,
 )
+from ._events import RequestEvent, ResponseEvent, RetryEvent
+from ._telemetry import check_hook
 from .errors import ValidationError
 
 __all__ = ["ClientConfig", "SSLFactory", "SSLOption"]
@@ -69,6 +71,19 @@ def _check_type(kind: type) -> Callable[[object, attrs.Attribute[Any], object], 
     return check
 
 
+def _check_tracer_provider(_: object, __: attrs.Attribute[Any], value: object) -> None:
+    live = not isinstance(value, type) and hasattr(value, "get_tracer")
+    if value is not None and (live or not callable(value)):
+        raise ValidationError(
+            "ClientConfig.tracer_provider must be a picklable zero-argument factory returning "
+            "an OpenTelemetry TracerProvider, not a provider (it does not pickle)"
+        )
+
+
+def _hook(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    check_hook(f"ClientConfig.{attribute.name}", value)
+
+
 def _optional_text(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if value is not None and not isinstance(value, str):
         raise ValidationError(f"ClientConfig.{attribute.name} must be a string or None")
@@ -89,6 +104,11 @@ class ClientConfig:
             picklable zero-argument factory returning an `ssl.SSLContext`.
         resolver: a picklable zero-argument factory returning an aiohttp resolver (a
             resolver class works), or None for aiohttp's default.
+        tracer_provider: a picklable zero-argument factory returning the OpenTelemetry
+            TracerProvider (called once per Client built), or None for the global provider
+            of the process the Client is built in.
+        on_request, on_response, on_retry: as for Client; module-level functions (they
+            pickle by reference), or a functools.partial of one.
 
     Raises:
         ValidationError: an option of the wrong kind, or one that does not pickle (a lambda
@@ -109,6 +129,14 @@ class ClientConfig:
     data_plane_scheme: str | None = attrs.field(default=None, validator=_check_scheme)
     ssl: SSLOption = attrs.field(default=True, validator=_check_ssl)
     resolver: Callable[[], Any] | None = attrs.field(default=None, validator=_check_resolver)
+    tracer_provider: Callable[[], Any] | None = attrs.field(
+        default=None, validator=_check_tracer_provider
+    )
+    on_request: Callable[[RequestEvent], object] | None = attrs.field(default=None, validator=_hook)
+    on_response: Callable[[ResponseEvent], object] | None = attrs.field(
+        default=None, validator=_hook
+    )
+    on_retry: Callable[[RetryEvent], object] | None = attrs.field(default=None, validator=_hook)
 
     def __attrs_post_init__(self) -> None:
         # Field by field, so the message names the option that would break in a worker.
@@ -167,3 +195,7 @@ class ClientConfig:
     def make_resolver(self) -> Any:
         """A fresh resolver from the factory, or None (the Client checks its type)."""
         return None if self.resolver is None else self.resolver()
+
+    def make_tracer_provider(self) -> Any:
+        """The factory's TracerProvider, or None (the Client checks it)."""
+        return None if self.tracer_provider is None else self.tracer_provider()
