@@ -72,8 +72,7 @@ def _check_type(kind: type) -> Callable[[object, attrs.Attribute[Any], object], 
 
 
 def _check_tracer_provider(_: object, __: attrs.Attribute[Any], value: object) -> None:
-    live = not isinstance(value, type) and hasattr(value, "get_tracer")
-    if value is not None and (live or not callable(value)):
+    if value is not None and not callable(value):  # a provider is no callable
         raise ValidationError(
             "ClientConfig.tracer_provider must be a picklable zero-argument factory returning "
             "an OpenTelemetry TracerProvider, not a provider (it does not pickle)"

@@ -16,11 +16,16 @@ from typing import Any
 import anyio
 import attrs
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import NoOpTracerProvider
 
 import sandboxkit
 from sandboxkit import ClientConfig, RequestEvent, ResponseEvent, RetryEvent
 from sandboxkit._events import Origin, allowed_headers, origin_of, retry_reason
 from sandboxkit._retry import TryAgain
+from sandboxkit._telemetry import Telemetry
 from sandboxkit.emulator import Emulator, Fault
 
 from .files_support import new_box, payload
@@ -193,11 +198,14 @@ def test_an_async_hook_is_refused() -> None:
         ClientConfig(on_request=later)
 
 
-def provider_factory() -> Any:
-    """A module-level tracer provider factory (pickles by reference)."""
-    from opentelemetry.trace import NoOpTracerProvider
+EXPORTED = InMemorySpanExporter()
 
-    return NoOpTracerProvider()
+
+def provider_factory() -> TracerProvider:
+    """A module-level tracer provider factory (pickles by reference), exporting to EXPORTED."""
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(EXPORTED))
+    return provider
 
 
 async def test_a_config_with_hooks_pickles_and_its_clients_call_them(emulator: Emulator) -> None:
@@ -224,6 +232,7 @@ async def test_a_config_with_hooks_pickles_and_its_clients_call_them(emulator: E
     with pytest.raises(sandboxkit.ValidationError, match="not a provider"):
         ClientConfig(tracer_provider=provider_factory())
     SEEN.clear()
+    EXPORTED.clear()
     async with sandboxkit.Client.from_config(copy) as client:
         emulator.faults.script("v1.organizations.get", Fault.status(502))
         with anyio.fail_after(LIMIT):
@@ -231,6 +240,8 @@ async def test_a_config_with_hooks_pickles_and_its_clients_call_them(emulator: E
     kinds = [type(e[1] if isinstance(e, tuple) else e).__name__ for e in SEEN]
     assert kinds == ["RequestEvent", "ResponseEvent", "RetryEvent", "RequestEvent", "ResponseEvent"]
     assert [e[0] for e in SEEN if isinstance(e, tuple)] == ["answer", "answer"]
+    names = [span.name for span in EXPORTED.get_finished_spans()]
+    assert names == ["GET", "GET", "v1.organizations.get"]
 
 
 async def test_events_hold_no_secret_no_path_and_no_username(
@@ -301,3 +312,44 @@ def test_only_allowlisted_headers_are_shown() -> None:
 def test_a_retry_reason_is_a_status_a_class_or_incomplete(failure: Any, reason: str) -> None:
     """RetryEvent.reason: the status as text, the exception's class name, or "incomplete"."""
     assert retry_reason(failure) == reason
+
+
+@pytest.mark.parametrize(
+    ("listener", "watched"),
+    [
+        ("nothing", False),
+        ("a no-op provider", False),
+        ("DEBUG", True),
+        ("a hook", True),
+        ("a provider", True),
+    ],
+)
+def test_an_operation_is_watched_only_when_something_listens(
+    listener: str, watched: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With no recording provider, no hook and DEBUG off there is no watch at all: the
+    transport does nothing per request but read a context variable."""
+    caplog.set_level(logging.DEBUG if listener == "DEBUG" else logging.INFO, logger="sandboxkit")
+    provider = {"a no-op provider": NoOpTracerProvider(), "a provider": TracerProvider()}
+    telemetry = Telemetry(
+        tracer_provider=provider.get(listener, NoOpTracerProvider()),
+        on_request=remember if listener == "a hook" else None,
+        on_response=None,
+        on_retry=None,
+        clock=lambda: 0.0,
+    )
+    watch = telemetry.start("builds.list", "http://127.0.0.1:1")
+    assert (watch is not None) == watched
+    if watch is not None:
+        watch.end(None, None)
+
+
+async def test_elapsed_covers_the_wait_for_the_answer(emulator: Emulator) -> None:
+    """An answer the emulator holds back 0.3 s: its ResponseEvent's elapsed is at least that."""
+    answers: list[ResponseEvent] = []
+    async with emulator.client(retry=FAST, on_response=answers.append) as client:
+        emulator.faults.script("v1.organizations.get", Fault.delay(0.3))
+        with anyio.fail_after(LIMIT):
+            await client.v1.get_organization(emulator.org_id)
+    [answer] = answers
+    assert 0.3 <= answer.elapsed < LIMIT

@@ -26,6 +26,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 import sandboxkit
+from sandboxkit._telemetry import watching
 from sandboxkit.emulator import Emulator, Fault, RecordedRequest
 
 from .files_support import new_box, payload
@@ -429,6 +430,7 @@ async def test_hooks_run_inside_the_spans(emulator: Emulator, traced: Traced) ->
         emulator.faults.script("v1.organizations.get", Fault.status(503))
         with anyio.fail_after(LIMIT):
             await client.v1.get_organization(emulator.org_id)
+    assert watching.get() is None  # the call's watch is not left behind for later code
     [operation] = traced.spans("v1.organizations.get")
     first, second = traced.children(operation)
     assert seen == [
