@@ -11,10 +11,12 @@ Example::
         )
 """
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from ._client_config import ClientConfig
 from ._config import Limits, RetryPolicy, Timeout
+from ._events import RequestEvent, ResponseEvent, RetryEvent
 from ._version import __version__
 from .errors import (
     APIConnectionError,
@@ -139,7 +141,10 @@ __all__ = [
     "RateLimitError",
     "RedirectNotFollowedError",
     "RemoteProtocolError",
+    "RequestEvent",
     "ResponseDecodeError",
+    "ResponseEvent",
+    "RetryEvent",
     "RetryPolicy",
     "Sandbox",
     "SandboxKitError",
@@ -159,6 +164,10 @@ __all__ = [
     "__version__",
     "ssh_env",
 ]
+
+# A library's logger: records go to the application's handlers, if it set any up, and never to
+# Python's last-resort handler on stderr (an application that configured nothing sees nothing).
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 # The names below come from modules that need aiohttp, so they load on first use: importing
 # sandboxkit (as pytest does for its plugin, in every session of an environment that has

@@ -1,4 +1,5 @@
-"""Runs one logical operation: the retry loop, the call's deadline, retry logging.
+"""Runs one logical operation: the retry loop, the call's deadline, retry logging, and the
+operation's watch (`_telemetry`: its span, and the retry hook before each wait).
 
 Every resource goes through `Calls.run` (control plane through `Calls.send`), so the retry
 rules of DESIGN section 5 exist exactly once. The decisions come from the pure `_retry`
@@ -21,6 +22,7 @@ from ._config import NO_OPTIONS, CallOptions, RetryPolicy, Timeout
 from ._convert import structure
 from ._protocol import ApiRequest
 from ._retry import RetryBudget, TryAgain, is_outage, is_retryable, retry_delay
+from ._telemetry import Telemetry, Transfer, Watch, watching
 from ._transport import Transport
 from .errors import (
     APIConnectionError,
@@ -61,6 +63,7 @@ class Calls:
     sleep: Callable[[float], Awaitable[None]] = anyio.sleep
     clock: Callable[[], float] = time.monotonic
     rand: Callable[[], float] = random.random
+    telemetry: Telemetry | None = None  # spans, DEBUG lines and hooks; None: silent
 
     async def run(
         self,
@@ -71,6 +74,7 @@ class Calls:
         options: CallOptions = NO_OPTIONS,
         progress: Callable[[], int] | None = None,
         host: str | None = None,
+        transfer: Transfer | None = None,
     ) -> T:
         """Call `attempt` until it succeeds or the rules say stop.
 
@@ -86,28 +90,42 @@ class Calls:
             host: the origin `attempt` sends to. While its circuit is open the call waits
                 (up to the policy's `max_stall` without progress) instead of sending, and
                 its outage failures cost neither attempts nor retry budget.
+            transfer: a transfer's (bytes moved, resumes), for its span when it ends.
         """
         self.transport.check_loop()  # the one check: every operation passes here first
-        timeout = options.timeout or self.timeout
-        policy = self.policy_for(options)
-        # Waiting for a host that is down is for calls that may retry once it is back.
-        if not idempotent or policy.max_attempts == 1 or policy.max_stall == 0:
-            host = None
-        if timeout.total is None:
-            return await self._loop(
-                operation, attempt, idempotent, policy, timeout, None, progress, host
-            )
-        deadline = self.clock() + timeout.total
+        watch = None if self.telemetry is None else self.telemetry.start(operation, host)
+        token = watching.set(watch)  # the transport finds it there for each request
         try:
-            with anyio.fail_after(timeout.total):
-                return await self._loop(
-                    operation, attempt, idempotent, policy, timeout, deadline, progress, host
-                )
-        except TimeoutError as exc:
-            raise APITimeoutError(
-                f"{operation}: no success within the call's total timeout of {timeout.total}s",
-                operation=operation,
-            ) from exc
+            timeout = options.timeout or self.timeout
+            policy = self.policy_for(options)
+            # Waiting for a host that is down is for calls that may retry once it is back.
+            if not idempotent or policy.max_attempts == 1 or policy.max_stall == 0:
+                host = None
+            deadline = None if timeout.total is None else self.clock() + timeout.total
+            loop = self._loop(
+                operation, attempt, idempotent, policy, timeout, deadline, progress, host, watch
+            )
+            if timeout.total is None:
+                result = await loop
+            else:
+                try:
+                    with anyio.fail_after(timeout.total):
+                        result = await loop
+                except TimeoutError as exc:
+                    raise APITimeoutError(
+                        f"{operation}: no success within the call's total timeout of "
+                        f"{timeout.total}s",
+                        operation=operation,
+                    ) from exc
+        except BaseException as exc:
+            if watch is not None:
+                watch.end(exc, transfer)
+            raise
+        finally:
+            watching.reset(token)
+        if watch is not None:
+            watch.end(None, transfer)
+        return result
 
     def policy_for(self, options: CallOptions) -> RetryPolicy:
         """The retry policy a call with these options runs under."""
@@ -123,6 +141,7 @@ class Calls:
         deadline: float | None,
         progress: Callable[[], int] | None,
         host: str | None,
+        watch: Watch | None,
     ) -> T:
         spent = 0
         counted = 0
@@ -186,6 +205,8 @@ class Calls:
                 delay,
                 f" request_id={request_id}" if request_id else "",  # the data plane has none
             )
+            if watch is not None:  # before the wait: a progress line can say how long it is
+                watch.retry(delay, failure)
             await self.sleep(delay)
 
     def _is_down(self, host: str, failure: SandboxKitError | TryAgain) -> bool:

@@ -27,7 +27,9 @@ from ._config import (
     Timeout,
     resolve_data_plane_scheme,
 )
+from ._events import RequestEvent, ResponseEvent, RetryEvent
 from ._proxies import parse_proxy, redacted
+from ._telemetry import check_hook
 from .errors import ValidationError
 
 __all__ = ["ClientConfig", "SSLFactory", "SSLOption"]
@@ -79,6 +81,18 @@ def _proxy_repr(value: str | None) -> str:
     return repr(None if value is None else redacted(value))
 
 
+def _check_tracer_provider(_: object, __: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and not callable(value):  # a provider is no callable
+        raise ValidationError(
+            "ClientConfig.tracer_provider must be a picklable zero-argument factory returning "
+            "an OpenTelemetry TracerProvider, not a provider (it does not pickle)"
+        )
+
+
+def _hook(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    check_hook(f"ClientConfig.{attribute.name}", value)
+
+
 def _optional_text(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if value is not None and not isinstance(value, str):
         raise ValidationError(f"ClientConfig.{attribute.name} must be a string or None")
@@ -102,6 +116,11 @@ class ClientConfig:
         proxy: as for Client; its credentials are not shown in `repr`.
         trust_env: as for Client; the environment read is the one where the Client is
             built (a worker's own proxy settings).
+        tracer_provider: a picklable zero-argument factory returning the OpenTelemetry
+            TracerProvider (called once per Client built), or None for the global provider
+            of the process the Client is built in.
+        on_request, on_response, on_retry: as for Client; module-level functions (they
+            pickle by reference), or a functools.partial of one.
 
     Raises:
         ValidationError: an option of the wrong kind, or one that does not pickle (a lambda
@@ -124,6 +143,14 @@ class ClientConfig:
     resolver: Callable[[], Any] | None = attrs.field(default=None, validator=_check_resolver)
     proxy: str | None = attrs.field(default=None, repr=_proxy_repr, validator=_check_proxy)
     trust_env: bool = attrs.field(default=True, validator=_check_type(bool))
+    tracer_provider: Callable[[], Any] | None = attrs.field(
+        default=None, validator=_check_tracer_provider
+    )
+    on_request: Callable[[RequestEvent], object] | None = attrs.field(default=None, validator=_hook)
+    on_response: Callable[[ResponseEvent], object] | None = attrs.field(
+        default=None, validator=_hook
+    )
+    on_retry: Callable[[RetryEvent], object] | None = attrs.field(default=None, validator=_hook)
 
     def __attrs_post_init__(self) -> None:
         # Field by field, so the message names the option that would break in a worker.
@@ -182,3 +209,7 @@ class ClientConfig:
     def make_resolver(self) -> Any:
         """A fresh resolver from the factory, or None (the Client checks its type)."""
         return None if self.resolver is None else self.resolver()
+
+    def make_tracer_provider(self) -> Any:
+        """The factory's TracerProvider, or None (the Client checks it)."""
+        return None if self.tracer_provider is None else self.tracer_provider()

@@ -22,6 +22,7 @@ from ._answers import Reply, decipher
 from ._bodies import StreamingResponse, read_capped
 from ._circuits import Circuits
 from ._config import Limits, Timeout
+from ._events import origin_of
 from ._localhost import LocalhostResolver
 from ._pools import HostKey, HostPools
 from ._protocol import (
@@ -34,6 +35,7 @@ from ._protocol import (
 )
 from ._proxies import PROXY_AUTHORIZATION, ProxyRoutes
 from ._retry import is_outage
+from ._telemetry import Exchange, watching
 from ._translate import mapped, translate
 from ._version import __version__
 from .errors import ClientStateError, ResponseDecodeError, SandboxKitError
@@ -192,6 +194,10 @@ class Transport:
         url = self.base_url + request.path
         if request.params:
             url += "?" + query_string(request.params)
+        watch = watching.get()  # None unless a span, a hook or a DEBUG line wants this request
+        exchange = (
+            None if watch is None else Exchange(watch, request.method, origin_of(self.base_url))
+        )
         status = 0
         try:
             async with session.request(
@@ -200,13 +206,15 @@ class Transport:
                 json=request.json,
                 # Built inline, never a local of this frame: tracebacks with locals (Sentry)
                 # must not find the API key here.
-                headers=self._headers(request),
+                headers=self._headers(request, exchange),
                 proxy_headers=self._tunnel_headers,
                 timeout=_client_timeout(timeout),
                 allow_redirects=False,
             ) as response:
                 status = response.status
                 self.circuits.answered(self.base_url, status)
+                if exchange is not None:
+                    exchange.answered(status, response.headers)
                 self._refuse_if_closed(response)
                 self._reading.add(response)
                 try:
@@ -226,7 +234,7 @@ class Transport:
                         request_id=response.headers.get(REQUEST_ID),
                     )
                 # An error body past the limit is cut: its status still gives its class.
-                return decipher(
+                reply = decipher(
                     response.status,
                     response.headers,
                     body,
@@ -237,13 +245,27 @@ class Transport:
         except Exception as exc:  # _translate.mapped, inlined: one coroutine less on every call
             error = translate(exc, request.operation)
             if error is None:
+                if exchange is not None:
+                    exchange.end(exc)
                 raise
+        except BaseException as exc:  # a cancellation: the request's span ends all the same
+            if exchange is not None:
+                exchange.end(exc)
+            raise
+        else:
+            if exchange is not None:
+                exchange.end(None)
+            return reply
         if not status and is_outage(error):  # no head: the console may be down
             self.circuits.failed(self.base_url, str(error))
+        if exchange is not None:
+            exchange.end(error)
         raise error  # outside the except block: see _translate.mapped
 
-    def _headers(self, request: ApiRequest) -> dict[str, str]:
+    def _headers(self, request: ApiRequest, exchange: Exchange | None) -> dict[str, str]:
         headers = dict(request.headers)
+        if exchange is not None:  # before the key is added: only the request's own are shown
+            headers = exchange.sending(headers) or headers
         if request.authenticated:
             headers[AUTHORIZATION] = self._authorization
         return headers
@@ -270,38 +292,54 @@ class Transport:
         """
         self._check_open()  # a retry may find the client closed since the call began
         async with self.hosts.lease(host) as pool:
+            # Begun once the host's slot is held: its elapsed time is the request's own.
+            watch = watching.get()
+            exchange = None if watch is None else Exchange(watch, method, origin_of(host.origin))
+            received = None
             try:
-                response = await mapped(
-                    pool.session.request(
-                        method,
-                        f"{path}?{query_string(params)}" if params else path,  # as in send()
-                        # Inline, as in send(): the token rides inside the tunnel only.
-                        headers={**(headers or {}), ACCESS_TOKEN: host.token},
-                        proxy_headers=self._tunnel_headers,
-                        data=data,
-                        timeout=_client_timeout(timeout),
-                        allow_redirects=False,
-                    ),
-                    operation,
-                )
-            except SandboxKitError as error:
-                if is_outage(error):
-                    self.circuits.failed(host.origin, str(error))
+                if exchange is not None:
+                    headers = exchange.sending(dict(headers) if headers else None)
+                try:
+                    response = await mapped(
+                        pool.session.request(
+                            method,
+                            f"{path}?{query_string(params)}" if params else path,  # as in send()
+                            # Inline, as in send(): the token rides inside the tunnel only.
+                            headers={**(headers or {}), ACCESS_TOKEN: host.token},
+                            proxy_headers=self._tunnel_headers,
+                            data=data,
+                            timeout=_client_timeout(timeout),
+                            allow_redirects=False,
+                        ),
+                        operation,
+                    )
+                except SandboxKitError as error:
+                    if is_outage(error):
+                        self.circuits.failed(host.origin, str(error))
+                    raise
+                pool.observe(response.status)
+                self.circuits.answered(host.origin, response.status)
+                if exchange is not None:
+                    exchange.answered(response.status, response.headers)
+                self._refuse_if_closed(response)
+                self._reading.add(response)
+                try:
+                    yield StreamingResponse(response, operation)
+                finally:
+                    self._reading.discard(response)
+                    received = response.content.total_bytes  # as they came, coded or not
+                    # An unread body means the connection cannot be reused: drop it at once
+                    # rather than leave it half-read (cancellation included).
+                    if response.content.at_eof():
+                        response.release()
+                    else:
+                        response.close()
+            except BaseException as exc:
+                if exchange is not None:
+                    exchange.end(exc, received)
                 raise
-            pool.observe(response.status)
-            self.circuits.answered(host.origin, response.status)
-            self._refuse_if_closed(response)
-            self._reading.add(response)
-            try:
-                yield StreamingResponse(response, operation)
-            finally:
-                self._reading.discard(response)
-                # An unread body means the connection cannot be reused: drop it at once
-                # rather than leave it half-read (cancellation included).
-                if response.content.at_eof():
-                    response.release()
-                else:
-                    response.close()
+            if exchange is not None:
+                exchange.end(None, received)
 
     def _refuse_if_closed(self, response: aiohttp.ClientResponse) -> None:
         # `aclose()` ran while this answer's head arrived: its body can never be read.

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import ssl as ssl_module
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
@@ -24,12 +25,17 @@ from ._config import (
     resolve_base_url,
     resolve_data_plane_scheme,
 )
+from ._events import RequestEvent, ResponseEvent, RetryEvent
 from ._proxies import routes
+from ._telemetry import Telemetry
 from ._transport import Transport
 from .errors import ValidationError
 from .resources.sandbox import Sandbox, address_from_response, check_address
 from .resources.templates import Templates
 from .resources.v1 import V1
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
 
 __all__ = ["Client"]
 
@@ -85,9 +91,20 @@ class Client:
         resolver: aiohttp.abc.AbstractResolver | None = None,
         proxy: str | None = None,
         trust_env: bool = True,
+        tracer_provider: TracerProvider | None = None,
+        on_request: Callable[[RequestEvent], object] | None = None,
+        on_response: Callable[[ResponseEvent], object] | None = None,
+        on_retry: Callable[[RetryEvent], object] | None = None,
     ) -> None:
         data_plane_scheme = resolve_data_plane_scheme(data_plane_scheme)
         proxies = routes(proxy, trust_env=trust_env)
+        telemetry = Telemetry(
+            tracer_provider=tracer_provider,
+            on_request=on_request,
+            on_response=on_response,
+            on_retry=on_retry,
+            clock=time.monotonic,
+        )
         if not isinstance(ssl, ssl_module.SSLContext | bool):
             raise ValidationError("ssl must be an ssl.SSLContext or a bool")
         self.base_url = resolve_base_url(base_url)
@@ -103,7 +120,7 @@ class Client:
             resolver=resolver,
             proxies=proxies,
         )
-        self._calls = Calls(self._transport, self.retry, self.timeout)
+        self._calls = Calls(self._transport, self.retry, self.timeout, telemetry=telemetry)
         self._templates = Templates(self._calls)
         self._v1 = V1(self._calls)
 
@@ -123,11 +140,12 @@ class Client:
     def from_config(cls, config: ClientConfig) -> Client:
         """A Client built from a picklable `ClientConfig` (e.g. inside a worker process).
 
-        Makes a fresh SSL context and resolver from the config's factories.
+        Makes a fresh SSL context, resolver and tracer provider from the config's factories.
 
         Raises:
             ValidationError: the config's resolver factory did not return an aiohttp resolver,
-                or its SSL option could not be turned into a context.
+                its SSL option could not be turned into a context, or its tracer provider
+                factory did not return a TracerProvider.
         """
         if not isinstance(config, ClientConfig):
             raise ValidationError("from_config expects a sandboxkit.ClientConfig")
@@ -145,6 +163,10 @@ class Client:
             resolver=resolver,
             proxy=config.proxy,
             trust_env=config.trust_env,
+            tracer_provider=config.make_tracer_provider(),
+            on_request=config.on_request,
+            on_response=config.on_response,
+            on_retry=config.on_retry,
         )
 
     def __repr__(self) -> str:
@@ -211,7 +233,7 @@ class Client:
         request = proto.ApiRequest(
             verb,  # type: ignore[arg-type]
             path,
-            operation=f"{verb} {path}",
+            operation=f"{verb} {path.partition('?')[0]}",  # a name: never a query
             surface="v1" if path.startswith(proto.V1_PREFIX) else "v2",
             idempotent=proto.is_idempotent(verb) if idempotent is None else idempotent,
             params=[(str(k), str(v)) for k, v in pairs],

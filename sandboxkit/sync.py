@@ -47,6 +47,7 @@ from typing import (
 from . import client as _client
 from ._client_config import ClientConfig
 from ._config import Limits, RetryPolicy, Timeout
+from ._events import RequestEvent, ResponseEvent, RetryEvent
 from ._sync_loop import Loop
 from .models import Build
 from .resources import files as _files
@@ -59,6 +60,7 @@ if TYPE_CHECKING:
     import ssl
 
     from aiohttp.abc import AbstractResolver
+    from opentelemetry.trace import TracerProvider
 
 __all__ = [
     "V1",
@@ -321,6 +323,10 @@ class ClientOptions(TypedDict, total=False):
     resolver: AbstractResolver | None
     proxy: str | None
     trust_env: bool
+    tracer_provider: TracerProvider | None
+    on_request: Callable[[RequestEvent], object] | None
+    on_response: Callable[[ResponseEvent], object] | None
+    on_retry: Callable[[RetryEvent], object] | None
 
 
 class Client(_Facade[_client.Client]):
@@ -329,7 +335,8 @@ class Client(_Facade[_client.Client]):
     It starts a background event loop at once; `close()` or leaving `with` cancels calls in
     flight (they raise `ClientStateError`), closes the async client and stops the loop. One
     never closed is stopped, with a `ResourceWarning`, when collected or at exit. Share one
-    instance between threads.
+    instance between threads. Event hooks (`on_request`, `on_response`, `on_retry`) are
+    called on that loop's thread.
 
     Raises:
         ValidationError: as `sandboxkit.Client` does (no loop is left running).

@@ -148,17 +148,20 @@ async def test_exceptions_never_show_a_secret(emulator: Emulator, tmp_path: Path
 async def test_debug_logs_never_show_a_secret(
     emulator: Emulator, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """At DEBUG, over failing and retried runs on both planes, no log record (message,
-    arguments or traceback) carries a key or token."""
+    """At DEBUG, over failing and retried runs on both planes (a request and an answer line
+    each, hooks that raise), no log record (message, arguments or traceback) carries a key,
+    a token, or a username or path from a query."""
     caplog.set_level(logging.DEBUG)
-    async with emulator.client(retry=sandboxkit.RetryPolicy.no_delay(4)) as client:
+    caplog.set_level(logging.DEBUG, logger="sandboxkit")  # whatever an earlier test set it to
+    hooks = {name: _broken_hook for name in ("on_request", "on_response", "on_retry")}
+    async with emulator.client(retry=sandboxkit.RetryPolicy.no_delay(4), **hooks) as client:
         sbx, _, _ = await _sandbox(emulator, client)
         emulator.faults.script("files.download", Fault.status(429, retry_after="0"), Fault.cut(100))
         emulator.faults.script("files.upload", Fault.status(502), Fault.cut_before_headers())
         emulator.faults.script("templates.create", Fault.status(503), Fault.cut(3))
         with anyio.fail_after(LIMIT):
-            await sbx.files.download("/home/user/f.bin", tmp_path / "f.bin")
-            await sbx.files.upload("/home/user/g.bin", PAYLOAD)
+            await sbx.files.download("/home/user/f.bin", tmp_path / "f.bin", username=USER)
+            await sbx.files.upload("/home/user/g.bin", PAYLOAD, username=USER)
             await client.templates.create(
                 name="t", resources=sandboxkit.CustomResources(2, 2048, 10240)
             )
@@ -166,11 +169,24 @@ async def test_debug_logs_never_show_a_secret(
         tokens = [s.token for s in emulator._core.sandboxes.live.values()]
     records = caplog.get_records("call")
     assert any(r.levelno == logging.WARNING and "retrying" in r.getMessage() for r in records)
+    lines = [r.getMessage() for r in records if r.levelno == logging.DEBUG]
+    for operation in ("files.download", "files.upload", "templates.create", "builds.list"):
+        assert any(line.startswith(f"{operation}: request ") for line in lines), operation
+        assert any(line.startswith(f"{operation}: answer ") for line in lines), operation
+    assert any("hook raised" in line for line in lines)
     for record in records:
         text = record.getMessage()
         if record.exc_info:
             text += "".join(traceback.format_exception(*record.exc_info))
-        assert secrets_in(text, [emulator.api_key, *tokens, "SECRET"]) == [], text
+        assert secrets_in(text, [emulator.api_key, *tokens, "SECRET", USER]) == [], text
+        assert "f.bin" not in text and "g.bin" not in text, text
+
+
+USER = "agent-user-7f3a"
+
+
+def _broken_hook(event: object) -> None:
+    raise RuntimeError("a hook's own bug")
 
 
 def _carried(entry: RecordedRequest) -> str:

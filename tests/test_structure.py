@@ -20,8 +20,8 @@ ROOT = Path(sandboxkit.__file__).parent
 LAYERS: list[tuple[str, ...]] = [
     ("errors", "models", "_version", "_record_decoder"),
     ("_config", "_protocol", "_convert", "_operations", "_proxies"),
-    ("_answers", "_retry", "_validation", "_cursors", "_resume"),
-    ("_pools", "_circuits", "_cancel", "_translate", "_localhost"),
+    ("_answers", "_retry", "_validation", "_cursors", "_resume", "_events"),
+    ("_pools", "_circuits", "_cancel", "_translate", "_localhost", "_telemetry"),
     ("_bodies",),
     ("_transport",),
     ("_calls",),

@@ -215,8 +215,10 @@ async def fetch(
     """
     plane = request.plane
     state = state if state is not None else ResumeState(mode)
+    received = 0  # the file's bytes that came, every attempt's (its span tells them)
 
     async def attempt(timeout: Timeout) -> TryAgain | None:
+        nonlocal received
         start = state.begin_request()
         headers = {RANGE: f"bytes={start}-"} if start is not None else None
         async with plane.open(
@@ -244,6 +246,7 @@ async def fetch(
                 on_stream(state)
             try:
                 async for chunk in response.iter_chunks(request.chunk_size):
+                    received += len(chunk)
                     skip, keep = state.on_chunk(len(chunk))
                     if keep > skip:
                         await sink.write(chunk if keep - skip == len(chunk) else chunk[skip:keep])
@@ -263,6 +266,7 @@ async def fetch(
         options=request.options,
         # A try after which more bytes are held does not count against max_attempts.
         progress=lambda: state.high_water,
+        transfer=lambda: (received, state.resumes),
     )
     return state
 

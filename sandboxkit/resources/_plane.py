@@ -22,6 +22,7 @@ from .._config import NO_OPTIONS, CallOptions, Timeout
 from .._pools import HostKey
 from .._protocol import is_idempotent
 from .._retry import TryAgain
+from .._telemetry import Transfer
 from .._validation import check_remote_path
 from ..errors import ValidationError
 
@@ -91,6 +92,7 @@ class DataPlane:
         idempotent: bool,
         options: CallOptions = NO_OPTIONS,
         progress: Callable[[], int] | None = None,
+        transfer: Transfer | None = None,
     ) -> T:
         """The client's one retry loop around `attempt` (see `Calls.run`)."""
         return await self.calls.run(
@@ -100,6 +102,7 @@ class DataPlane:
             options=options,
             progress=progress,
             host=self.host.origin,
+            transfer=transfer,
         )
 
     async def call_json(

@@ -182,19 +182,21 @@ async def send_file(
 ) -> FileEntry:
     """POST the source as the single `file` part; retried only when it can be replayed."""
     filename = posixpath.basename(remote)
+    moved = 0  # bytes handed to the connection, every attempt's (its span tells them)
 
     async def attempt(timeout: Timeout) -> FileEntry:
         local_failure: list[BaseException] = []
         sent = 0
 
         async def body() -> AsyncGenerator[bytes, None]:
-            nonlocal sent
+            nonlocal sent, moved
             try:
                 # aclosing: the source (an open file) is closed as soon as this body is.
                 async with contextlib.aclosing(source.open()) as chunks:
                     async for chunk in chunks:
                         yield chunk
                         sent += len(chunk)
+                        moved += len(chunk)
                         if progress is not None:
                             progress(sent, source.size)
             except Exception as exc:
@@ -223,7 +225,11 @@ async def send_file(
     replayable = source.one_shot is None
     try:
         return await plane.run(
-            OPERATION, attempt, idempotent=is_idempotent("POST", keyed=replayable), options=options
+            OPERATION,
+            attempt,
+            idempotent=is_idempotent("POST", keyed=replayable),
+            options=options,
+            transfer=lambda: (moved, None),  # an upload never resumes
         )
     except SandboxKitError as error:
         if replayable or not is_retryable(error, plane.calls.policy_for(options)):
