@@ -310,3 +310,31 @@ def test_demo_bad_size_is_one_line() -> None:
     """An invalid --size-mib is a one-line usage error, exit 2."""
     result = CliRunner().invoke(cli, ["demo", "--size-mib", "0"])
     assert_one_line_error(result, 2, "--size-mib")
+
+
+def test_a_retry_shows_on_the_bar_as_the_wait_and_its_reason(
+    emulator_thread: EmulatorThread, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 502 mid-download reaches the bar through the client's `on_retry` hook as
+    "retrying in N s after 502" (the delay the retry loop is about to wait)."""
+    env = emulator_thread.sandbox_env()
+    remote_file = (
+        emulator_thread.emu.sandbox_root(env["SANDBOXKIT_SANDBOX_KEY"]) / "home/user/r.bin"
+    )
+    remote_file.write_bytes(b"r" * 1000)
+    waits: list[tuple[float, str]] = []
+    original = TransferBar.waiting
+
+    def recording(self: TransferBar, seconds: float, reason: str) -> None:
+        waits.append((seconds, reason))
+        original(self, seconds, reason)
+
+    monkeypatch.setattr(TransferBar, "waiting", recording)
+    emulator_thread.emu.faults.script("files.download", Fault.status(502))
+    result = invoke(
+        emulator_thread, "files", "download", "/home/user/r.bin", str(tmp_path / "r"), env=env
+    )
+    assert result.exit_code == 0, result.output
+    assert [reason for _, reason in waits] == ["502"]
+    assert 0.0 <= waits[0][0] <= 0.5  # the default policy's first backoff bound
+    assert (tmp_path / "r").read_bytes() == b"r" * 1000

@@ -170,7 +170,9 @@ def files_download(
         # hook calling `bar.waiting`).
         with transfer_progress(console) as progress:
             bar = TransferBar(progress, f"download {remote}")
-            client, sandbox = _open_sandbox(settings, sandbox_key, domain, token, data_plane_scheme)
+            client, sandbox = _open_sandbox(
+                settings, sandbox_key, domain, token, data_plane_scheme, on_retry=bar.on_retry
+            )
             async with client:
                 result = await sandbox.files.download(
                     remote, dest, progress=bar, checksum=not no_checksum
@@ -202,7 +204,9 @@ def files_upload(
     async def work() -> tuple[float, str]:
         with transfer_progress(console) as progress:  # before the client: see download
             bar = TransferBar(progress, f"upload {source.name}")
-            client, sandbox = _open_sandbox(settings, sandbox_key, domain, token, data_plane_scheme)
+            client, sandbox = _open_sandbox(
+                settings, sandbox_key, domain, token, data_plane_scheme, on_retry=bar.on_retry
+            )
             async with client:
                 started = time.monotonic()
                 await sandbox.files.upload(remote, source, progress=bar)

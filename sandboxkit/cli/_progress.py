@@ -24,6 +24,8 @@ from rich.progress import (
 )
 from rich.text import Text
 
+import sandboxkit
+
 __all__ = [
     "MIB",
     "MiBColumn",
@@ -177,6 +179,10 @@ class TransferBar:
         self._waiting_at = self._done
         until = self._progress.get_time() + max(0.0, seconds)
         self._progress.update(self._task, waiting=_Waiting(until, reason))
+
+    def on_retry(self, event: sandboxkit.RetryEvent) -> None:
+        """The client's `on_retry` hook: its one transfer waits before trying again."""
+        self.waiting(event.delay, event.reason)
 
     def finish(self, size: int) -> None:
         """Show the transfer as complete at `size` bytes (also when no callback came)."""
