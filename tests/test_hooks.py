@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import logging
 import pickle
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +23,14 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import NoOpTracerProvider
 
 import sandboxkit
+import sandboxkit.sync
 from sandboxkit import ClientConfig, RequestEvent, ResponseEvent, RetryEvent
 from sandboxkit._events import Origin, allowed_headers, origin_of, retry_reason
 from sandboxkit._retry import TryAgain
 from sandboxkit._telemetry import Telemetry
 from sandboxkit.emulator import Emulator, Fault
 
+from .cli_support import EmulatorThread
 from .files_support import new_box, payload
 
 LIMIT = 10
@@ -353,3 +356,21 @@ async def test_elapsed_covers_the_wait_for_the_answer(emulator: Emulator) -> Non
             await client.v1.get_organization(emulator.org_id)
     [answer] = answers
     assert 0.3 <= answer.elapsed < LIMIT
+
+
+def test_a_sync_client_calls_its_hooks_on_its_loop_thread(
+    emulator_thread: EmulatorThread,
+) -> None:
+    """`sync.Client` takes the same hooks; they run on its loop's thread, not the caller's."""
+    emu = emulator_thread.emu
+    seen: list[tuple[str, bool]] = []
+
+    def on_retry(event: RetryEvent) -> None:
+        seen.append((event.reason, threading.current_thread() is threading.main_thread()))
+
+    with sandboxkit.sync.Client(
+        api_key=emu.api_key, base_url=emu.base_url, retry=FAST, on_retry=on_retry
+    ) as client:
+        emu.faults.script("v1.organizations.get", Fault.status(502))
+        assert client.v1.get_organization(emu.org_id).name
+    assert seen == [("502", False)]
