@@ -119,7 +119,7 @@ async def drive():
         return await namespace["read_and_write"](client, portal.call(emu.create_sandbox))
 
 assert asyncio.run(drive()) == "print('hello')\\n"
-assert open("task.py").read() == "print('hello')\\n"
+assert pathlib.Path("task.py").read_text() == "print('hello')\\n"
 """,
     ),
     "async def send_work": (
@@ -153,6 +153,29 @@ with tempfile.TemporaryDirectory() as folder, ProxyServer(pathlib.Path(folder)) 
     assert [r["method"] for r in proxy.records()] == ["POST", "GET"], proxy.records()
 """,
     ),
+    "async def traced_upload": (
+        "",
+        """
+names = asyncio.run(namespace["traced_upload"](portal.call(emu.create_sandbox)))
+assert names == ["POST", "files.upload"], names
+assert emu.journal[-1].headers["traceparent"].startswith("00-")
+""",
+    ),
+    "async def download_counting_retries": (
+        "",
+        """
+import pathlib
+from sandboxkit.emulator import Fault
+
+body = portal.call(emu.create_sandbox)
+(emu.sandbox_root(body["data"]["sandbox_key"]) / "home/user/x.bin").write_bytes(b"x" * 100)
+emu.faults.script("files.download", Fault.status(502), Fault.status(503))
+counts = asyncio.run(namespace["download_counting_retries"](body, "/home/user/x.bin", "x.bin"))
+host = body["data"]["sandbox_key"] + "." + body["data"]["domain"]
+assert counts == {host: 2}, counts
+assert pathlib.Path("x.bin").read_bytes() == b"x" * 100
+""",
+    ),
     "with sync.Client() as client:": (
         """
 with sandboxkit.sync.Client() as setup:
@@ -164,7 +187,7 @@ with sandboxkit.sync.Client() as setup:
 }
 
 RUNNER = """
-import asyncio, os
+import asyncio, os, pathlib
 import anyio.from_thread
 import sandboxkit
 import sandboxkit.sync
@@ -207,5 +230,5 @@ def test_python_block_runs_against_the_emulator(key: str, tmp_path: Path) -> Non
         timeout=120,
         check=False,
     )
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert (done.returncode, done.stderr) == (0, ""), done.stdout + done.stderr
     assert done.stdout.endswith("block done\n")
