@@ -252,6 +252,7 @@ async def test_a_batch_killed_twice_and_rerun_ends_right_without_fetching_twice(
     journal = emulator.journal_for
     left: tuple[set[str], dict[str, int]] | None = None  # what the last killed run left
     resumed = 0
+    kills_that_left_parts = 0
     for kill_after in (2, 5, -1):
         before = len(journal("files.download"))
         code, output = await _run_child({**args, "kill_after": kill_after})
@@ -279,8 +280,10 @@ async def test_a_batch_killed_twice_and_rerun_ends_right_without_fetching_twice(
                 if n.endswith(".part")
             },
         )
-        if kill_after > 0:
-            assert left[1], "the kill left no partial file to resume"
+        kills_that_left_parts += kill_after > 0 and bool(left[1])
+    # Which kill catches a job mid-body depends on timing (a loaded machine can finish the
+    # jobs in flight together); one of the two must, or the test proved nothing.
+    assert kills_that_left_parts, "no kill left a partial file to resume"
     assert resumed, "no rerun continued a part with bytes in it: the test proved nothing"
     for remote, data in files.items():
         local = tmp_path / Path(remote).name
