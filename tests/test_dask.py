@@ -6,7 +6,7 @@ import hashlib
 import random
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -69,6 +69,29 @@ def config_for(emu: Emulator) -> sandboxkit.ClientConfig:
         resolver=EmulatorResolver,
         retry=sandboxkit.RetryPolicy(max_attempts=8, initial_backoff=0.001, max_backoff=0.005),
     )
+
+
+def run_killing_shard_0(
+    dask_client: object,
+    recording: RecordingClient,
+    emu: Emulator,
+    jobs: list[batch.DownloadJob],
+    far_enough: Callable[[], bool],
+) -> tuple[batch.BatchResult[batch.DownloadJob, Any], int]:
+    """Two shards, one job at a time, from a thread; the worker running shard 0 is killed
+    once `far_enough()` holds. The call's result, and the killed worker's pid."""
+    with ThreadPoolExecutor(1) as pool:
+        call = pool.submit(
+            download_many_on_dask,
+            recording,
+            config_for(emu),
+            jobs,
+            shards=2,
+            concurrency_per_worker=1,
+        )
+        eventually(lambda: recording.futures, "the shards to be submitted")
+        killed = kill_worker_of(dask_client, recording.futures[0], far_enough)
+        return call.result(timeout=60), killed
 
 
 def test_downloads_on_two_worker_processes_match_sha256(
@@ -184,18 +207,7 @@ def test_rerun_shard_fetches_only_what_the_killed_worker_left(
         done_before_kill.update(finished_in(tmp_path / "s0"))
         return len(done_before_kill) >= 3
 
-    with ThreadPoolExecutor(1) as pool:
-        call = pool.submit(
-            download_many_on_dask,
-            recording,
-            config_for(emu),
-            jobs,
-            shards=2,
-            concurrency_per_worker=1,
-        )
-        eventually(lambda: recording.futures, "the shards to be submitted")
-        killed = kill_worker_of(dask_client, recording.futures[0], far_enough)
-        result = call.result(timeout=60)
+    result, killed = run_killing_shard_0(dask_client, recording, emu, jobs, far_enough)
     wait_for_replacement(dask_client, killed)
 
     assert [o.job for o in result.outcomes] == jobs
@@ -240,22 +252,9 @@ def test_shard_dask_gives_up_on_fails_only_its_jobs(
 
     allowed = allow(0)
     try:
-        with ThreadPoolExecutor(1) as pool:
-            call = pool.submit(
-                download_many_on_dask,
-                recording,
-                config_for(emu),
-                jobs,
-                shards=2,
-                concurrency_per_worker=1,
-            )
-            eventually(lambda: recording.futures, "the shards to be submitted")
-            killed = kill_worker_of(
-                dask_client,
-                recording.futures[0],
-                lambda: len(finished_in(tmp_path / "s0")) >= 3,
-            )
-            result = call.result(timeout=60)
+        result, killed = run_killing_shard_0(
+            dask_client, recording, emu, jobs, lambda: len(finished_in(tmp_path / "s0")) >= 3
+        )
     finally:
         allow(allowed)
     wait_for_replacement(dask_client, killed)
