@@ -7,6 +7,7 @@ The CLI runs its own event loop (`asyncio.run`), so the emulator runs in a backg
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +17,7 @@ import sandboxkit
 from sandboxkit.cli import cli
 from sandboxkit.cli._app import describe
 
-from .cli_support import EmulatorThread, assert_one_line_error, invoke
+from .cli_support import EmulatorThread, assert_one_line_error, cli_process, invoke
 
 
 def create(emu: EmulatorThread, name: str, *extra: str) -> dict[str, Any]:
@@ -216,3 +217,21 @@ def test_builds_logs_help_lists_the_levels_in_lower_case() -> None:
 def test_describe_is_one_line(error: BaseException, line: str) -> None:
     """Each error becomes one line naming its class, status, request id and message."""
     assert describe(error) == line
+
+
+def test_debug_shows_each_request_and_answer_and_no_token(
+    emulator_thread: EmulatorThread, tmp_path: Path
+) -> None:
+    """--debug turns on the SDK's DEBUG lines (a request and its answer) on stderr; the
+    sandbox token and the API key appear nowhere in them."""
+    env = {**emulator_thread.env(), **emulator_thread.sandbox_env()}
+    root = emulator_thread.emu.sandbox_root(env["SANDBOXKIT_SANDBOX_KEY"])
+    (root / "home/user/d.bin").write_bytes(b"d" * 10)
+    process = cli_process(
+        "--debug", "files", "download", "/home/user/d.bin", str(tmp_path / "d"), env=env
+    )
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+    assert "files.download: request 1: GET" in err and "files.download: answer 1: 200" in err
+    assert env["SANDBOXKIT_SANDBOX_TOKEN"] not in err + out
+    assert env["SANDBOXKIT_API_KEY"] not in err + out

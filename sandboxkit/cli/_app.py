@@ -285,14 +285,12 @@ def cli(
 
 
 def _configure_logging(debug: bool) -> None:
-    # The SDK logs each retry at WARNING. Without a handler Python's last-resort handler
-    # would print them bare on stderr; show them only with --debug (the demo shows its own).
-    logger = logging.getLogger("sandboxkit")
+    # The `sandboxkit` logger has a NullHandler, so retries stay off stderr unless asked:
+    # --debug shows them and the DEBUG line of every request and answer (allowlisted
+    # headers only, never a token).
     if debug:
         logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
-        logger.setLevel(logging.INFO)
-    elif not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
-        logger.addHandler(logging.NullHandler())
+        logging.getLogger("sandboxkit").setLevel(logging.DEBUG)
 
 
 def main() -> None:
