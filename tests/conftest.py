@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
@@ -309,3 +310,13 @@ async def loop_reports() -> AsyncIterator[list[dict[str, Any]]]:
         await settle(lambda: False, rounds=5)
     loop.set_exception_handler(previous)
     assert not reports, [str(r.get("message")) + repr(r.get("exception")) for r in reports]
+
+
+@pytest.fixture(autouse=True)
+def log_level_restored() -> Iterator[None]:
+    """Each test starts with the `sandboxkit` logger's level as the suite found it: the CLI's
+    `--debug`, run in-process by CliRunner, sets it to DEBUG for the whole process."""
+    logger = logging.getLogger("sandboxkit")
+    level = logger.level
+    yield
+    logger.setLevel(level)
