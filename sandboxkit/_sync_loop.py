@@ -10,6 +10,12 @@ garbage collection or at exit. Every call is a task in one task group on that lo
   (temporary file, connection) before the interrupt goes on: nothing carries on behind it;
 - `stop()` cancels every call in flight at once; their threads get `ClientStateError`.
 
+A Ctrl-C reaches a waiting caller only if its thread wakes to run Python's handler. The
+kernel may deliver SIGINT to any thread that does not block it, and a main thread blocked
+in a plain lock wait is not woken when another thread takes the signal. So the loop's thread
+(and every thread it starts) blocks the asynchronous signals, and callers wait in short
+slices, which also covers a signal taken by some other thread of the application's.
+
 anyio's `start_blocking_portal` is not used: its portal hands a call over by waiting for the
 loop (an interrupt there leaves a task nobody can cancel), and a portal nobody closed is
 stopped by its generator's cleanup during interpreter teardown, which then waits forever for
@@ -21,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import signal
 import threading
 import warnings
 import weakref
@@ -43,6 +50,15 @@ Closer = Callable[[], Awaitable[object]]
 # hold up a Ctrl-C or the interpreter's exit for long.
 STOP_SECONDS = 5.0
 CLOSED = "this sandboxkit.sync.Client is closed"
+# How long a waiting caller may go without checking for a signal another thread took.
+WAKE_SECONDS = 0.2
+# Signals that come from outside the process: their handlers belong on the main thread.
+# (Never the synchronous ones, SIGSEGV and kin, which a faulting thread must take itself.)
+ASYNC_SIGNALS = frozenset(
+    getattr(signal, name)
+    for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM")
+    if hasattr(signal, name)
+)
 
 
 class _Call:
@@ -102,6 +118,8 @@ async def _serve(ready: Future[_Parts]) -> None:
 
 
 def _run(ready: Future[_Parts]) -> None:
+    if hasattr(signal, "pthread_sigmask"):  # POSIX; threads started from here inherit it
+        signal.pthread_sigmask(signal.SIG_BLOCK, ASYNC_SIGNALS)
     try:
         anyio.run(_serve, ready)
     except BaseException as exc:
@@ -170,6 +188,8 @@ class Loop:
                 raise ClientStateError(CLOSED)
             loop.call_soon_threadsafe(self._parts.calls.start_soon, call.run)
         try:
+            while not call.finished.wait(WAKE_SECONDS):  # a timed wait lets a signal in
+                pass
             return call.outcome.result()
         except BaseException:
             if not call.outcome.done():

@@ -24,6 +24,7 @@ import pytest
 
 import sandboxkit
 from sandboxkit import sync
+from sandboxkit._sync_loop import Loop
 from sandboxkit.emulator import Emulator, Fault, ManualClock
 from sandboxkit.resources.templates import Templates as AsyncTemplates
 
@@ -285,6 +286,7 @@ def test_sync_call_from_a_callback_raises_instead_of_waiting_forever(
 # A child that uses a sync Client made at module level and ends without closing it.
 FORGOTTEN = """
 from sandboxkit import sync
+from sandboxkit._sync_loop import Loop
 from sandboxkit.emulator import EmulatorResolver
 
 client = sync.Client(resolver=EmulatorResolver())
@@ -330,12 +332,18 @@ def test_dropped_client_warns_and_stops_its_loop(running: Running) -> None:
 # A child that downloads with a sync Client, says so once bytes arrive, and reports Ctrl-C.
 INTERRUPTED = """
 import json
+import signal
 import sys
+import threading
 
 import sandboxkit
 from sandboxkit import sync
+from sandboxkit._sync_loop import Loop
 from sandboxkit.emulator import EmulatorResolver
 
+# An application thread of its own, which signals sent to the process may land on.
+bystander = threading.Thread(target=threading.Event().wait, daemon=True)
+bystander.start()
 retry = sandboxkit.RetryPolicy.no_delay(max_attempts=8)
 with sync.Client(data_plane_scheme="http", resolver=EmulatorResolver(), retry=retry) as client:
     sbx = client.sandbox_from_response(json.loads(sys.argv[1]))
@@ -345,6 +353,8 @@ with sync.Client(data_plane_scheme="http", resolver=EmulatorResolver(), retry=re
         if not told:
             told.append(done)
             print("in flight", flush=True)
+            if sys.argv[3] == "bystander":  # Ctrl-C taken by a thread that is not waiting
+                signal.pthread_kill(bystander.ident, signal.SIGINT)
 
     try:
         sbx.files.download("/home/user/slow.bin", sys.argv[2], progress=progress)
@@ -353,10 +363,15 @@ with sync.Client(data_plane_scheme="http", resolver=EmulatorResolver(), retry=re
 """
 
 
+@pytest.mark.parametrize("taken_by", ["any thread", "bystander"])
 def test_ctrl_c_cancels_the_download_before_it_reaches_the_caller(
-    running: Running, tmp_path: Path
+    running: Running, tmp_path: Path, taken_by: str
 ) -> None:
-    """Ctrl-C mid-download reaches the caller only once the temporary file is gone."""
+    """Ctrl-C mid-download reaches the caller only once the temporary file is gone.
+
+    Whichever thread the kernel hands the signal to: the process's (any thread that does not
+    block it), or an application thread that is not the one waiting.
+    """
     body = running.new_sandbox()
     remote = running.emu.sandbox_root(body["data"]["sandbox_key"]) / "home/user/slow.bin"
     remote.write_bytes(os.urandom(4 << 20))
@@ -366,31 +381,42 @@ def test_ctrl_c_cancels_the_download_before_it_reaches_the_caller(
     script, dest = tmp_path / "interrupted.py", tmp_path / "out" / "slow.bin"
     script.write_text(INTERRUPTED)
     dest.parent.mkdir()
-    process = subprocess.Popen(
-        [sys.executable, str(script), json.dumps(body), str(dest)],
+    with subprocess.Popen(
+        [sys.executable, str(script), json.dumps(body), str(dest), taken_by],
         env=child_env(running),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-    )
-    watchdog = threading.Timer(30, process.kill)  # a hung child ends the reads below
-    watchdog.start()
-    try:
-        assert process.stdout is not None
-        assert process.stdout.readline() == "in flight\n"
-        process.send_signal(signal.SIGINT)
-        assert process.stdout.readline() == "interrupted\n"
-        # Checked the moment the caller saw KeyboardInterrupt: nothing left, nothing renamed.
-        assert list(dest.parent.iterdir()) == []
-        asked = len(running.emu.journal_for("files.download"))
-        _, stderr = process.communicate(timeout=30)
-    finally:
-        watchdog.cancel()
-        process.kill()
-        process.wait()
+    ) as process:
+        watchdog = threading.Timer(20, process.kill)  # a hung child ends the reads below
+        watchdog.start()
+        try:
+            assert process.stdout is not None
+            assert process.stdout.readline() == "in flight\n"
+            if taken_by == "any thread":
+                process.send_signal(signal.SIGINT)
+            assert process.stdout.readline() == "interrupted\n"
+            # Checked the moment the caller saw KeyboardInterrupt: nothing left, nothing renamed.
+            assert list(dest.parent.iterdir()) == []
+            asked = len(running.emu.journal_for("files.download"))
+            _, stderr = process.communicate(timeout=30)
+        finally:
+            watchdog.cancel()
+            process.kill()
     assert (process.returncode, stderr) == (0, "")
     assert list(dest.parent.iterdir()) == []
     assert len(running.emu.journal_for("files.download")) == asked  # no GET after Ctrl-C
+
+
+def test_the_loop_thread_leaves_signals_to_the_application() -> None:
+    """Signals from outside are blocked on the loop's thread, so they go to a waiting one."""
+    loop = Loop()
+    try:
+        blocked = loop.call(lambda: signal.pthread_sigmask(signal.SIG_BLOCK, []))
+    finally:
+        loop.stop()
+    assert {signal.SIGINT, signal.SIGTERM} <= blocked
+    assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
 
 
 class SetOnLog(logging.Handler):
