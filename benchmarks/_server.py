@@ -25,7 +25,7 @@ import hmac
 import json
 import os
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,8 +47,19 @@ def token_for(secret: str, key: str) -> str:
 class ServerProcess:
     """A server child process: start it, send it commands, stop it."""
 
-    def __init__(self, kind: str, config: dict[str, Any]) -> None:
-        self._argv = [sys.executable, "-u", str(Path(__file__)), kind, json.dumps(config)]
+    def __init__(
+        self,
+        kind: str,
+        config: dict[str, Any],
+        *,
+        prefix: Sequence[str] = (),
+        script: Path | None = None,
+    ) -> None:
+        # `prefix` runs the child through another command (`ip netns exec NS` for the link);
+        # `script` is another child speaking the same protocol (the link's delay line).
+        self._kind = kind
+        child = str(script or Path(__file__))
+        self._argv = [*prefix, sys.executable, "-u", child, kind, json.dumps(config)]
         self._proc: asyncio.subprocess.Process | None = None
         self.info: dict[str, Any] = {}
 
@@ -87,7 +98,7 @@ class ServerProcess:
         assert self._proc is not None and self._proc.stdout is not None
         line = await self._proc.stdout.readline()
         if not line:
-            raise RuntimeError(f"the {self._argv[3]} server exited before answering")
+            raise RuntimeError(f"the {self._kind} server exited before answering")
         answer: dict[str, Any] = json.loads(line)
         return answer
 
@@ -113,6 +124,8 @@ async def _minimal(config: dict[str, Any]) -> None:
 
     secret = os.urandom(16).hex()
     root = Path(config["data_dir"])
+    # The link case listens on its network namespace's address; the rest on loopback.
+    host = str(config.get("host", "127.0.0.1"))
     small: dict[Path, bytes] = {}
 
     def authorized(request: web.Request) -> bool:
@@ -183,7 +196,7 @@ async def _minimal(config: dict[str, Any]) -> None:
     for app in (console_app, data_app):
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0, backlog=4096)
+        site = web.TCPSite(runner, host, 0, backlog=4096)
         await site.start()
         runners.append(runner)
         ports.append(int(runner.addresses[-1][1]))
@@ -191,7 +204,7 @@ async def _minimal(config: dict[str, Any]) -> None:
         templates = await _render_pages(config, pages)
         _announce(
             {
-                "base_url": f"http://127.0.0.1:{ports[0]}",
+                "base_url": f"http://{host}:{ports[0]}",
                 "api_key": api_key,
                 "domain": f"{DATA_PLANE_SUFFIX}:{ports[1]}",
                 "secret": secret,

@@ -12,6 +12,9 @@ and memory are counted:
 5. ``faults``: downloads under 429s, 502s and cut connections (the real emulator).
 6. ``rerun``: a batch killed (SIGKILL) at half its bytes and run again: bytes fetched twice.
 7. ``outage``: a batch through a few seconds of the server being down: jobs done, wall time.
+8. ``link``: a large download over an emulated long link (network namespaces joined by a
+   TUN delay line, `_link.py`), one stream against parallel ``Range`` slices; needs root,
+   skipped with one line saying why elsewhere.
 
 Contenders alternate within each round and every ratio is the median of per-round ratios.
 Benchmarks are not tests: nothing here asserts a timing; a target missed is reported.
@@ -21,6 +24,7 @@ Usage::
     python benchmarks/run.py                     # everything, 5 rounds, 1 GiB transfers
     python benchmarks/run.py --quick             # small sizes, 1 round: proves the code runs
     python benchmarks/run.py --case download --rounds 7 --size-mib 512
+    sudo .venv/bin/python benchmarks/run.py --case link --rtt-ms 40 --size-mib 1024
     python benchmarks/run.py --json > figures.json
 """
 
@@ -43,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _control
 import _faults
 import _hosts
+import _link
 import _survive
 import _transfer
 from _measure import MiB, describe_machine
@@ -64,6 +69,8 @@ class Sizes:
     rerun: tuple[int, int, int]  # sandboxes, files in each, KiB per file
     outage: tuple[int, int, int]
     outage_seconds: float
+    link_mib: int
+    link: _link.LinkOptions = _link.DEFAULT_LINK
 
 
 FULL = Sizes(
@@ -78,6 +85,7 @@ FULL = Sizes(
     rerun=(10, 10, 4096),
     outage=(10, 30, 1024),
     outage_seconds=5.0,
+    link_mib=1024,
 )
 QUICK = Sizes(
     transfer_mib=16,
@@ -91,6 +99,7 @@ QUICK = Sizes(
     rerun=(4, 4, 256),
     outage=(4, 15, 512),
     outage_seconds=1.0,
+    link_mib=8,
 )
 
 Case = Callable[[Sizes, int, Path], Awaitable[CaseResult]]
@@ -104,6 +113,7 @@ CASES: dict[str, Case] = {
     "outage": lambda s, r, w: _survive.run_outage(
         s.outage[0], s.outage[1], s.outage[2] * 1024, s.outage_seconds, r, w
     ),
+    "link": lambda s, r, w: _link.run(s.link_mib * MiB, r, w, s.link),
 }
 
 
@@ -139,11 +149,22 @@ def main(argv: list[str] | None = None) -> int:
         "--case", action="append", choices=list(CASES), help="run only this case (repeatable)"
     )
     parser.add_argument("--rounds", type=int, help="paired rounds (default 5; --quick: 1)")
-    parser.add_argument("--size-mib", type=int, help="transfer size of cases 1 and 2")
+    parser.add_argument("--size-mib", type=int, help="transfer size of cases 1, 2 and 8")
+    link = parser.add_argument_group("case 8 (link)")
+    link.add_argument("--rtt-ms", type=float, default=40.0, help="round-trip time (40)")
+    link.add_argument("--loss", type=float, default=0.0, help="packets dropped, percent (0)")
+    link.add_argument("--rate-mbit", type=float, default=0.0, help="bandwidth cap (0: none)")
+    link.add_argument("--cc", help="TCP congestion control in the link's namespaces")
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
     if args.size_mib is not None:
-        sizes = Sizes(**{**sizes.__dict__, "transfer_mib": args.size_mib})
+        sizes = Sizes(
+            **{**sizes.__dict__, "transfer_mib": args.size_mib, "link_mib": args.size_mib}
+        )
+    if args.rtt_ms < 0 or not 0 <= args.loss < 100 or args.rate_mbit < 0:
+        parser.error("--rtt-ms and --rate-mbit must be >= 0, --loss within [0, 100)")
+    options = _link.LinkOptions(args.rtt_ms, args.loss, args.rate_mbit, args.cc)
+    sizes = Sizes(**{**sizes.__dict__, "link": options})
     rounds = args.rounds if args.rounds is not None else (1 if args.quick else 5)
     if rounds < 1:
         parser.error("--rounds must be at least 1")
