@@ -23,6 +23,7 @@ import fcntl
 import json
 import os
 import random
+import resource
 import selectors
 import struct
 import sys
@@ -168,7 +169,10 @@ def serve(config: dict[str, Any]) -> None:
                     if command.get("cmd") == "stop":
                         return
                     if command.get("cmd") == "stats":
-                        _announce({way.name: way.stats() for way in ways})
+                        usage = resource.getrusage(resource.RUSAGE_SELF)
+                        cpu = usage.ru_utime + usage.ru_stime
+                        ways_stats = {way.name: way.stats() for way in ways}
+                        _announce({"cpu_s": round(cpu, 2), "ways": ways_stats})
                     else:
                         _announce({"error": f"unknown command {command.get('cmd')!r}"})
             else:

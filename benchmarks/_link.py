@@ -146,7 +146,9 @@ class Link:
             "loss": opts.loss_percent / 100,
             "rate_bytes_per_s": opts.rate_mbit * 1e6 / 8,
         }
-        self._line = ServerProcess("delayline", config, script=HERE / "_delayline.py")
+        self._line = ServerProcess(
+            "delayline", config, script=HERE / "_delayline.py", new_session=True
+        )
         await self._line.__aenter__()
         ends = ((self.client_ns, CLIENT_ADDRESS, SERVER_ADDRESS),)
         ends += ((self.server_ns, SERVER_ADDRESS, CLIENT_ADDRESS),)
@@ -189,12 +191,16 @@ class Link:
 
     async def __aexit__(self, *_: object) -> None:
         line, self._line = self._line, None
-        if line is not None:
-            await line.__aexit__()
+        try:
+            if line is not None:
+                await line.__aexit__()
+        finally:
+            self._remove_namespaces()
+
+    def _remove_namespaces(self) -> None:
         while self._made:
             name = self._made.pop()
-            # Blocking, on purpose: this must finish even while the task is being cancelled.
-            subprocess.run(["ip", "netns", "delete", name], capture_output=True, check=False)  # noqa: ASYNC221
+            subprocess.run(["ip", "netns", "delete", name], capture_output=True, check=False)
 
 
 async def run_client(link: Link, config: dict[str, Any]) -> dict[str, Any]:
@@ -204,6 +210,7 @@ async def run_client(link: Link, config: dict[str, Any]) -> dict[str, Any]:
         sys.executable, str(HERE / "_linkclient.py"), json.dumps(config),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
+        start_new_session=True,
     )  # fmt: skip
     try:
         out, err = await proc.communicate()
@@ -283,11 +290,6 @@ async def run(size: int, rounds: int, work: Path, options: LinkOptions) -> CaseR
         leftovers = remove_leftovers()
     except RuntimeError as error:
         return skipped(str(error), options)
-    data = work / "data"
-    (data / "home/user").mkdir(parents=True, exist_ok=True)
-    expected = make_file(data / BIG.lstrip("/"), size)
-    out = work / "out"
-    out.mkdir()
     parallel = hasattr(sandboxkit, "ParallelDownloads")
     runs, unavailable = contenders(parallel)
     try:
@@ -296,9 +298,16 @@ async def run(size: int, rounds: int, work: Path, options: LinkOptions) -> CaseR
     except RuntimeError as error:
         return skipped(f"the link could not be built: {error}", options)
     try:
-        server_config = {"data_dir": str(data), "host": SERVER_ADDRESS}
+        data = work / "data"
+        (data / "home/user").mkdir(parents=True, exist_ok=True)
+        expected = make_file(data / BIG.lstrip("/"), size)
+        out = work / "out"
+        out.mkdir()
+        server_config = {"data_dir": str(data), "host": SERVER_ADDRESS, "die_with_parent": True}
         prefix = ("ip", "netns", "exec", link.server_ns)
-        async with ServerProcess("minimal", server_config, prefix=prefix) as server:
+        async with ServerProcess(
+            "minimal", server_config, prefix=prefix, new_session=True
+        ) as server:
             info = server.info
             port = int(info["domain"].rsplit(":", 1)[1])
             common = {
@@ -383,12 +392,12 @@ def _result(
         + "; ".join(f"{k} = {v}" for k, v in settings.items() if k.startswith("server"))
         + "; client tcp_rmem = "
         + settings["client tcp_rmem"],
-        "delay line: "
+        f"delay line: {line_stats['cpu_s']} CPU s in all; "
         + "; ".join(
             f"{way} {s['packets']} packets, {s['lost']} lost, {s['overflow']} overflowed, "
             f"released late by p50 {s['late_ms_p50']} / p99 {s['late_ms_p99']} / max "
             f"{s['late_ms_max']} ms"
-            for way, s in line_stats.items()
+            for way, s in line_stats["ways"].items()
         ),
         "each run is a fresh client process in the client namespace (RSS growth is its own "
         "peak over its start, sampled from a thread); Range rows hash the file after the "

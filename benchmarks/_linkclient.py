@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import aiohttp
 from _measure import MiB, measure
+from _server import die_with_parent
 from _transfer import raw_download
 from aiohttp.abc import AbstractResolver, ResolveResult
 
@@ -194,6 +195,7 @@ async def run(config: dict[str, Any]) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     """Run one contender with the JSON config `argv[0]`; print its figures as JSON."""
+    die_with_parent()
     print(json.dumps(asyncio.run(run(json.loads(argv[0])))), flush=True)
     return 0
 

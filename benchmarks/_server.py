@@ -54,12 +54,16 @@ class ServerProcess:
         *,
         prefix: Sequence[str] = (),
         script: Path | None = None,
+        new_session: bool = False,
     ) -> None:
         # `prefix` runs the child through another command (`ip netns exec NS` for the link);
         # `script` is another child speaking the same protocol (the link's delay line).
         self._kind = kind
         child = str(script or Path(__file__))
         self._argv = [*prefix, sys.executable, "-u", child, kind, json.dumps(config)]
+        # In a session of its own a child does not get the terminal's Ctrl-C: this process
+        # gets it, and ends the child through its stdin after cleaning up what it needs.
+        self._new_session = new_session
         self._proc: asyncio.subprocess.Process | None = None
         self.info: dict[str, Any] = {}
 
@@ -70,6 +74,7 @@ class ServerProcess:
             stdout=asyncio.subprocess.PIPE,
             # A big first line (many sandboxes) must fit the reader's line limit.
             limit=16 * MiB,
+            start_new_session=self._new_session,
         )
         self.info = await self._read()
         return self
@@ -328,6 +333,23 @@ async def _outage(emu: Any, seconds: float) -> int:
 # --- child side: plumbing -------------------------------------------------------------------
 
 
+def die_with_parent() -> None:
+    """Have the kernel kill this process when its parent dies, even by SIGKILL (Linux).
+
+    The link case's children would otherwise wait on connections its delay line no longer
+    carries, for as long as their timeouts allow.
+    """
+    if sys.platform != "linux":
+        return
+    import ctypes
+    import signal
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    if os.getppid() == 1:  # the parent died before the request was made
+        os._exit(1)
+
+
 def _announce(message: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps(message) + "\n")
     sys.stdout.flush()
@@ -348,6 +370,8 @@ async def _command_loop(handle: Callable[[dict[str, Any]], dict[str, Any]] | Non
 def main(argv: list[str]) -> int:
     """Run the server of kind `argv[0]` with the JSON config `argv[1]`."""
     kind, config = argv[0], json.loads(argv[1])
+    if config.get("die_with_parent"):
+        die_with_parent()
     runners: dict[str, Callable[[dict[str, Any]], Coroutine[Any, Any, None]]] = {
         "minimal": _minimal,
         "emulator": _emulator,

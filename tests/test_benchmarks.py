@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "run.py"
-CASES = ["download", "upload", "control", "hosts", "faults", "rerun", "outage"]
+CASES = ["download", "upload", "control", "hosts", "faults", "rerun", "outage", "link"]
 
 
 def test_quick_run_reports_every_case_as_json() -> None:
@@ -43,6 +43,14 @@ def test_quick_run_reports_every_case_as_json() -> None:
     assert (rerun["right"], rerun["leftovers"]) == (1.0, 0)
     outage = by_name["outage"]["rows"]
     assert [row["completion"] for row in outage[:2]] == [1.0, 1.0]
+    # The link case needs root: elsewhere it is skipped with its reason; where it runs,
+    # every download that ran came out whole (rows this tree cannot run say so).
+    link = by_name["link"]
+    if "skipped" in link["config"]:
+        assert link["config"]["skipped"] and link["rows"][0]["contender"] == "skipped"
+    else:
+        ran = [row for row in link["rows"] if row["sha256"] != "not available"]
+        assert len(ran) >= 4 and all(row["sha256"] == "ok" for row in ran), ran
 
 
 def test_one_case_prints_a_table() -> None:
