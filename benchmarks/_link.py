@@ -52,7 +52,6 @@ MTU = 65000
 PREFIX = "skbench"
 KEY = "sbx-bench"
 BIG = "/home/user/big.bin"
-PARTS = (4, 8)
 
 
 @dataclass(frozen=True)
@@ -63,6 +62,8 @@ class LinkOptions:
     loss_percent: float = 0.0
     rate_mbit: float = 0.0
     congestion_control: str | None = None  # None: as the machine has it
+    parts: tuple[int, ...] = (4, 8)  # the parallel contenders' slice counts
+    defaults_row: bool = True  # also sandboxkit with the client's defaults (no parts=)
 
 
 DEFAULT_LINK = LinkOptions()
@@ -238,20 +239,22 @@ RAW_ONE = "raw aiohttp, 1 stream (sha256)"
 ISSUE_SINGLE_MB_S = 70.0
 
 
-def contenders(parallel: bool) -> tuple[list[LinkContender], list[str]]:
+def contenders(parallel: bool, options: LinkOptions) -> tuple[list[LinkContender], list[str]]:
     """The contenders to run, and the names of those this tree cannot run."""
     runs = [LinkContender(RAW_ONE, {"kind": "raw"})]
     runs += [
         LinkContender(f"raw aiohttp, Range x{n}, pwrite", {"kind": "ranged", "parts": n})
-        for n in PARTS
+        for n in options.parts
     ]
     runs.append(LinkContender(SDK_ONE, {"kind": "sdk", "parts": 1}))
     sdk_parallel = [
-        LinkContender(f"sandboxkit parts={n} (sha256)", {"kind": "sdk", "parts": n}) for n in PARTS
+        LinkContender(f"sandboxkit parts={n} (sha256)", {"kind": "sdk", "parts": n})
+        for n in options.parts
     ]
-    sdk_parallel.append(
-        LinkContender("sandboxkit defaults (sha256)", {"kind": "sdk", "parts": None})
-    )
+    if options.defaults_row:
+        sdk_parallel.append(
+            LinkContender("sandboxkit defaults (sha256)", {"kind": "sdk", "parts": None})
+        )
     if parallel:
         return runs + sdk_parallel, []
     return runs, [c.name for c in sdk_parallel]
@@ -291,7 +294,7 @@ async def run(size: int, rounds: int, work: Path, options: LinkOptions) -> CaseR
     except RuntimeError as error:
         return skipped(str(error), options)
     parallel = hasattr(sandboxkit, "ParallelDownloads")
-    runs, unavailable = contenders(parallel)
+    runs, unavailable = contenders(parallel, options)
     try:
         link = Link(options)
         await link.__aenter__()

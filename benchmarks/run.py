@@ -155,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     link.add_argument("--loss", type=float, default=0.0, help="packets dropped, percent (0)")
     link.add_argument("--rate-mbit", type=float, default=0.0, help="bandwidth cap (0: none)")
     link.add_argument("--cc", help="TCP congestion control in the link's namespaces")
+    link.add_argument("--parts", help="parallel slice counts, e.g. 2,4,8 (4,8; --quick: 4)")
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
     if args.size_mib is not None:
@@ -163,7 +164,16 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.rtt_ms < 0 or not 0 <= args.loss < 100 or args.rate_mbit < 0:
         parser.error("--rtt-ms and --rate-mbit must be >= 0, --loss within [0, 100)")
-    options = _link.LinkOptions(args.rtt_ms, args.loss, args.rate_mbit, args.cc)
+    try:
+        parts = tuple(int(n) for n in (args.parts or ("4" if args.quick else "4,8")).split(","))
+    except ValueError:
+        parser.error("--parts takes whole numbers separated by commas")
+    if any(n < 2 for n in parts):
+        parser.error("--parts: each count must be at least 2")
+    # The smoke run keeps case 8 short: one parallel count and no defaults row.
+    options = _link.LinkOptions(
+        args.rtt_ms, args.loss, args.rate_mbit, args.cc, parts, defaults_row=not args.quick
+    )
     sizes = Sizes(**{**sizes.__dict__, "link": options})
     rounds = args.rounds if args.rounds is not None else (1 if args.quick else 5)
     if rounds < 1:
