@@ -61,7 +61,7 @@ class LinkOptions:
     rtt_ms: float = 40.0
     loss_percent: float = 0.0
     rate_mbit: float = 0.0
-    congestion_control: str | None = None  # None: as the machine has it
+    congestion_control: str | None = None  # the server's; None: as the machine has it
     parts: tuple[int, ...] = (4, 8)  # the parallel contenders' slice counts
     defaults_row: bool = True  # also sandboxkit with the client's defaults (no parts=)
 
@@ -158,13 +158,6 @@ class Link:
             _ip("-n", ns, "addr", "add", mine, "peer", peer, "dev", device)
             _ip("-n", ns, "link", "set", device, "mtu", str(MTU), "up")
             _ip("-n", ns, "link", "set", "lo", "up")
-            if opts.congestion_control is not None:
-                self.run_in(
-                    ns,
-                    "sysctl",
-                    "-qw",
-                    f"net.ipv4.tcp_congestion_control={opts.congestion_control}",
-                )
 
     def run_in(self, ns: str, *argv: str) -> str:
         """Run a command inside one of the namespaces; returns its output."""
@@ -223,6 +216,8 @@ async def run_client(link: Link, config: dict[str, Any]) -> dict[str, Any]:
     if proc.returncode != 0:
         raise RuntimeError(f"client {config['kind']} failed: {err.decode()[-2000:]}")
     answer: dict[str, Any] = json.loads(out.decode().strip().splitlines()[-1])
+    if "unavailable" in answer:
+        raise RuntimeError(answer["unavailable"])
     return answer
 
 
@@ -306,7 +301,12 @@ async def run(size: int, rounds: int, work: Path, options: LinkOptions) -> CaseR
         expected = make_file(data / BIG.lstrip("/"), size)
         out = work / "out"
         out.mkdir()
-        server_config = {"data_dir": str(data), "host": SERVER_ADDRESS, "die_with_parent": True}
+        server_config = {
+            "data_dir": str(data),
+            "host": SERVER_ADDRESS,
+            "die_with_parent": True,
+            "congestion_control": options.congestion_control,
+        }
         prefix = ("ip", "netns", "exec", link.server_ns)
         async with ServerProcess(
             "minimal", server_config, prefix=prefix, new_session=True
@@ -326,13 +326,22 @@ async def run(size: int, rounds: int, work: Path, options: LinkOptions) -> CaseR
             )
             samples: dict[str, list[Sample]] = {c.name: [] for c in runs}
             right: dict[str, list[bool]] = {c.name: [] for c in runs}
+            failed: dict[str, str] = {}
             for index in range(rounds):
                 order = runs if index % 2 == 0 else runs[::-1]
                 for contender in order:
+                    if contender.name in failed:
+                        continue
                     dest = out / "file.bin"
                     config = {**common, **contender.config, "dest": str(dest)}
-                    answer = await run_client(link, config)
-                    dest.unlink(missing_ok=True)
+                    try:
+                        answer = await run_client(link, config)
+                    except RuntimeError as error:
+                        # One contender's failure is a finding, not the end of the case.
+                        failed[contender.name] = str(error).strip().splitlines()[-1]
+                        continue
+                    finally:
+                        dest.unlink(missing_ok=True)
                     samples[contender.name].append(
                         Sample(
                             wall=answer["wall"],
@@ -344,12 +353,28 @@ async def run(size: int, rounds: int, work: Path, options: LinkOptions) -> CaseR
                     right[contender.name].append(
                         answer.get("sha256") == expected and answer["size"] == size
                     )
+            for name in failed:  # partial samples would misalign the paired rounds
+                del samples[name], right[name]
             line_stats = await link.stats()
             settings = link.tcp_settings()
+            if options.congestion_control:
+                settings["server tcp_congestion_control"] = (
+                    f"{options.congestion_control} (on the server's listening socket)"
+                )
     finally:
         await link.__aexit__()
     return _result(
-        size, rounds, options, samples, right, unavailable, probe, line_stats, settings, leftovers
+        size,
+        rounds,
+        options,
+        samples,
+        right,
+        unavailable=unavailable,
+        failed=failed,
+        probe=probe,
+        line_stats=line_stats,
+        settings=settings,
+        leftovers=leftovers,
     )
 
 
@@ -359,7 +384,9 @@ def _result(
     options: LinkOptions,
     samples: dict[str, list[Sample]],
     right: dict[str, list[bool]],
+    *,
     unavailable: list[str],
+    failed: dict[str, str],
     probe: dict[str, Any],
     line_stats: dict[str, Any],
     settings: dict[str, str],
@@ -367,30 +394,39 @@ def _result(
 ) -> CaseResult:
     gib = size / (1 << 30)
     rows: list[dict[str, Any]] = []
+    nothing: list[Sample] = []
+
+    def ratio(runs: list[Sample], reference: str) -> float:
+        against = samples.get(reference, nothing)
+        return paired_ratio(runs, against, lambda s: 1 / s.wall) if against else float("nan")
+
     for name, runs in samples.items():
         rows.append(
             {
                 "contender": name,
                 "mb_per_s": median([size / 1e6 / s.wall for s in runs]),
-                "x_sdk_one": paired_ratio(runs, samples[SDK_ONE], lambda s: 1 / s.wall),
-                "x_raw_one": paired_ratio(runs, samples[RAW_ONE], lambda s: 1 / s.wall),
+                "x_sdk_one": ratio(runs, SDK_ONE),
+                "x_raw_one": ratio(runs, RAW_ONE),
                 "cpu_s_per_gib": median([s.cpu / gib for s in runs]),
                 "rss_growth_mib": max(s.rss_growth for s in runs) / MiB,
                 "sha256": "ok" if all(right[name]) else "WRONG",
                 "right": sum(right[name]) / len(right[name]),
             }
         )
+    rows += [{"contender": name, "sha256": "failed"} for name in failed]
     rows += [{"contender": name, "sha256": "not available"} for name in unavailable]
     by_name = {row["contender"]: row for row in rows}
     connect = probe["connect_ms"]
     wmem_max = int(settings["server tcp_wmem"].split()[-1])
-    single = by_name[RAW_ONE]["mb_per_s"]
+    single = by_name[RAW_ONE].get("mb_per_s", float("nan"))
+    bound = (
+        f"{wmem_max / (options.rtt_ms / 1e3) / 1e6:.0f} MB/s" if options.rtt_ms else "none at 0 ms"
+    )
     notes = [
         f"link: RTT set {options.rtt_ms:g} ms; TCP connect across it took "
         f"{median(connect):.1f} ms (median of {len(connect)}, min {min(connect):.1f})",
         f"single stream: raw aiohttp {single:.1f} MB/s (the issue measured ~{ISSUE_SINGLE_MB_S:g} "
-        f"MB/s at 40 ms); the server's send-buffer bound, tcp_wmem max / RTT = "
-        f"{wmem_max / (options.rtt_ms / 1e3) / 1e6:.0f} MB/s",
+        f"MB/s at 40 ms); the server's send-buffer bound, tcp_wmem max / RTT = " + bound,
         "TCP as the machine has it: "
         + "; ".join(f"{k} = {v}" for k, v in settings.items() if k.startswith("server"))
         + "; client tcp_rmem = "
@@ -411,6 +447,7 @@ def _result(
             "sandboxkit.ParallelDownloads does not exist in this tree: the parallel "
             "sandboxkit rows were not run"
         )
+    notes += [f"{name} failed: {why}" for name, why in failed.items()]
     if leftovers:
         notes.append(f"removed namespaces left by a killed earlier run: {', '.join(leftovers)}")
     targets = []
@@ -419,9 +456,11 @@ def _result(
         for name, row in by_name.items()
         if name.startswith("sandboxkit parts=") and "right" in row
     ]
+    if any(name.startswith("sandboxkit parts=") for name in failed):
+        targets.append(target("sandboxkit parallel: every run finished", 0.0, "== 1"))
     if sdk_parallel:
         best = max(sdk_parallel, key=lambda row: row["x_sdk_one"])
-        targets = [
+        targets += [
             target(f"{best['contender']}: throughput vs {SDK_ONE}", best["x_sdk_one"], ">= 2.5"),
             target(
                 "sandboxkit parallel: sha256 right (fraction of runs)",

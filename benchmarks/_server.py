@@ -24,6 +24,7 @@ import hashlib
 import hmac
 import json
 import os
+import socket
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
@@ -201,7 +202,17 @@ async def _minimal(config: dict[str, Any]) -> None:
     for app in (console_app, data_app):
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
-        site = web.TCPSite(runner, host, 0, backlog=4096)
+        site: web.BaseSite = web.TCPSite(runner, host, 0, backlog=4096)
+        if app is data_app and config.get("congestion_control"):
+            # The sender's congestion control is what counts; accepted sockets inherit the
+            # listener's. Per socket, because a namespace's default is limited to
+            # net.ipv4.tcp_allowed_congestion_control, which belongs to the whole machine.
+            listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            listener.setsockopt(
+                socket.IPPROTO_TCP, socket.TCP_CONGESTION, config["congestion_control"].encode()
+            )
+            listener.bind((host, 0))
+            site = web.SockSite(runner, listener, backlog=4096)
         await site.start()
         runners.append(runner)
         ports.append(int(runner.addresses[-1][1]))

@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     link.add_argument("--rtt-ms", type=float, default=40.0, help="round-trip time (40)")
     link.add_argument("--loss", type=float, default=0.0, help="packets dropped, percent (0)")
     link.add_argument("--rate-mbit", type=float, default=0.0, help="bandwidth cap (0: none)")
-    link.add_argument("--cc", help="TCP congestion control in the link's namespaces")
+    link.add_argument("--cc", help="TCP congestion control of the server's sockets")
     link.add_argument("--parts", help="parallel slice counts, e.g. 2,4,8 (4,8; --quick: 4)")
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
