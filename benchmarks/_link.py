@@ -341,7 +341,9 @@ async def run(size: int, rounds: int, work: Path, options: LinkOptions) -> CaseR
                         failed[contender.name] = str(error).strip().splitlines()[-1]
                         continue
                     finally:
-                        dest.unlink(missing_ok=True)
+                        # Partial files of a failed run too: the next run must not resume.
+                        for path in out.iterdir():
+                            path.unlink()
                     samples[contender.name].append(
                         Sample(
                             wall=answer["wall"],
