@@ -22,6 +22,7 @@ __all__ = [
     "NO_OPTIONS",
     "CallOptions",
     "Limits",
+    "ParallelDownloads",
     "RetryPolicy",
     "Timeout",
     "at_least",
@@ -190,6 +191,31 @@ class RetryPolicy:
             honor_retry_after=False,
             max_stall=0.0,
         )
+
+
+@attrs.frozen
+class ParallelDownloads:
+    """When `files.download` fetches one file over several connections at once.
+
+    A file of at least `threshold` bytes, on a data center that has shown
+    `Accept-Ranges: bytes`, is fetched as `Range` slices on up to `parts` connections of
+    its sandbox host's own pool (so within `Limits.per_host_connections` and the host's 429
+    window), written in place; each slice resumes on its own after a cut. Over a long link
+    a single TCP stream is capped by its window; several reach the link's speed.
+    `iter_bytes` and `read_bytes` always use one stream (their bytes come in order).
+
+    Args:
+        threshold: bytes; a file at least this large is split.
+        parts: connections per file, 1 or more; 1 never splits.
+    """
+
+    threshold: int = attrs.field(default=64 << 20, validator=at_least(1))
+    parts: int = attrs.field(default=4, validator=at_least(1))
+
+    @classmethod
+    def off(cls) -> ParallelDownloads:
+        """Every download on one connection."""
+        return cls(parts=1)
 
 
 class CallOptions(NamedTuple):
