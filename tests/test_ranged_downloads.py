@@ -1,0 +1,334 @@
+"""Parallel ranged downloads over loopback against the emulator: bytes and sha256 right for
+sizes around the threshold and the slice boundaries, each slice resumed on its own, a size
+change restarting the whole download, fallbacks, 429s, cancellation, a killed process's
+rerun fetching only the gaps, one connection per host, and memory that stays flat."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import sys
+import tracemalloc
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import sandboxkit
+from sandboxkit.emulator import Emulator, Fault
+from sandboxkit.resources._partial import part_paths
+
+from .files_support import NO_RESUME, Box, new_box, payload, sha
+from .reliability_support import busy_connections, part_files
+
+KiB, MiB = 1 << 10, 1 << 20
+REMOTE = "/home/user/big.bin"
+THRESHOLD = 1 * MiB  # small, so tests move a few MiB; pieces are then >= 256 KiB
+PARTS = 4
+
+
+def split_client(emu: Emulator, **options: Any) -> sandboxkit.Client:
+    options.setdefault(
+        "parallel_downloads", sandboxkit.ParallelDownloads(threshold=THRESHOLD, parts=PARTS)
+    )
+    return emu.client(retry=sandboxkit.RetryPolicy.no_delay(), **options)
+
+
+@pytest.fixture
+async def split_box(emulator: Emulator) -> AsyncIterator[Box]:
+    """A sandbox on the resume IDC, seen through a client that splits files >= 1 MiB."""
+    async with split_client(emulator) as client:
+        yield await new_box(emulator, client)
+
+
+def ranges(emu: Emulator) -> list[str | None]:
+    """The Range header of every download request, in order."""
+    return [r.headers.get("Range") for r in emu.journal_for("files.download")]
+
+
+def spans(headers: list[str | None]) -> list[tuple[int, int]]:
+    """`bytes=a-b` headers as half-open spans (closed ranges only)."""
+    out = []
+    for header in headers:
+        assert header is not None and header.startswith("bytes=")
+        first, last = header[6:].split("-")
+        out.append((int(first), int(last) + 1))
+    return out
+
+
+def replace(box: Box, remote: str, data: bytes) -> None:
+    """Swap the sandbox file atomically (answers in flight keep reading the old one)."""
+    target = box.root / remote.lstrip("/")
+    scratch = target.with_name(target.name + ".new")
+    scratch.write_bytes(data)
+    os.replace(scratch, target)
+
+
+@pytest.mark.parametrize(
+    "size",
+    [
+        THRESHOLD - 1,
+        THRESHOLD,
+        THRESHOLD + 1,
+        16 * 256 * KiB,  # exactly 16 pieces of the smallest size
+        16 * 256 * KiB - 1,
+        16 * 256 * KiB + 1,
+        5 * MiB + 3,
+    ],
+)
+async def test_bytes_and_sha256_are_right_for_sizes_around_threshold_and_boundaries(
+    emulator: Emulator, split_box: Box, tmp_path: Path, size: int
+) -> None:
+    """The first GET has no Range; past the threshold the others are closed ranges that
+    cover the rest of the file exactly once; `attempts` counts every GET."""
+    data = payload(size, seed=size)
+    split_box.put(REMOTE, data)
+    dest = tmp_path / "big.bin"
+    result = await split_box.files.download(REMOTE, dest)
+    assert dest.read_bytes() == data
+    assert (result.size, result.sha256, result.resumes) == (size, sha(data), 0)
+    seen = ranges(emulator)
+    assert seen[0] is None and result.attempts == len(seen)
+    if size < THRESHOLD:
+        assert seen == [None]
+    else:
+        rest = sorted(spans(seen[1:]))
+        assert len(rest) >= 3
+        # The first answer was read up to the first slice's end, the rest tile the file.
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(rest))
+        assert rest[-1][1] == size
+    assert os.listdir(tmp_path) == ["big.bin"]
+
+
+async def test_a_cut_slice_resumes_with_range_from_where_it_got_to(
+    emulator: Emulator, split_box: Box, tmp_path: Path
+) -> None:
+    """The second request (the first slice on another connection) is cut after 100,000
+    bytes: its next GET asks from exactly there to the slice's end, and counts as a resume."""
+    data = payload(4 * MiB, seed=3)
+    split_box.put(REMOTE, data)
+    emulator.faults.script("files.download", Fault.delay(0), Fault.cut(after_bytes=100_000))
+    result = await split_box.files.download(REMOTE, tmp_path / "big.bin")
+    assert (tmp_path / "big.bin").read_bytes() == data and result.sha256 == sha(data)
+    seen = ranges(emulator)
+    (start, end), *_ = spans([seen[1]])
+    assert f"bytes={start + 100_000}-{end - 1}" in seen
+    assert result.resumes == 1 and result.attempts == len(seen)
+
+
+async def test_a_size_change_mid_download_starts_the_whole_download_over(
+    emulator: Emulator, tmp_path: Path
+) -> None:
+    """The file is replaced (another size) as the first slice is requested: that slice's
+    206 shows the new total, and the download begins again with a whole GET."""
+    old, new = payload(3 * MiB, seed=4), payload(3 * MiB + 12_345, seed=5)
+    box: Box | None = None
+    swapped = False
+
+    def on_request(event: sandboxkit.RequestEvent) -> None:
+        nonlocal swapped
+        if not swapped and len(emulator.journal_for("files.download")) == 1:
+            assert box is not None
+            replace(box, REMOTE, new)
+            swapped = True
+
+    async with split_client(emulator, on_request=on_request) as client:
+        box = await new_box(emulator, client)
+        box.put(REMOTE, old)
+        result = await box.files.download(REMOTE, tmp_path / "big.bin")
+    assert swapped
+    assert (tmp_path / "big.bin").read_bytes() == new
+    assert (result.size, result.sha256) == (len(new), sha(new))
+    assert ranges(emulator).count(None) == 2  # the first GET, and the one after the change
+    assert os.listdir(tmp_path) == ["big.bin"]
+
+
+async def test_a_data_center_without_range_support_gets_one_stream(
+    emulator: Emulator, tmp_path: Path
+) -> None:
+    data = payload(3 * MiB, seed=6)
+    async with split_client(emulator) as client:
+        box = await new_box(emulator, client, NO_RESUME)
+        box.put(REMOTE, data)
+        result = await box.files.download(REMOTE, tmp_path / "big.bin")
+    assert (tmp_path / "big.bin").read_bytes() == data and result.sha256 == sha(data)
+    assert ranges(emulator) == [None] and result.attempts == 1
+
+
+async def test_parts_1_and_iter_bytes_use_one_stream(
+    emulator: Emulator, split_box: Box, tmp_path: Path
+) -> None:
+    data = payload(3 * MiB, seed=7)
+    split_box.put(REMOTE, data)
+    result = await split_box.files.download(REMOTE, tmp_path / "a.bin", parts=1)
+    assert result.sha256 == sha(data) and ranges(emulator) == [None]
+    chunks = [chunk async for chunk in split_box.files.iter_bytes(REMOTE)]
+    assert b"".join(chunks) == data and ranges(emulator) == [None, None]
+    assert await split_box.files.read_bytes(REMOTE) == data
+    assert ranges(emulator) == [None, None, None]
+
+
+async def test_a_429_on_one_slice_is_retried_on_its_own(
+    emulator: Emulator, split_box: Box, tmp_path: Path
+) -> None:
+    data = payload(4 * MiB, seed=8)
+    split_box.put(REMOTE, data)
+    emulator.faults.script("files.download", Fault.delay(0), Fault.status(429, retry_after="0"))
+    result = await split_box.files.download(REMOTE, tmp_path / "big.bin")
+    assert (tmp_path / "big.bin").read_bytes() == data and result.sha256 == sha(data)
+    seen = ranges(emulator)
+    assert seen.count(seen[1]) == 2  # the throttled slice asked again, from its start
+    assert result.attempts == len(seen) and result.resumes == 0
+
+
+async def test_one_connection_per_host_still_downloads_every_slice(
+    emulator: Emulator, tmp_path: Path
+) -> None:
+    data = payload(3 * MiB + 7, seed=9)
+    async with split_client(emulator, limits=sandboxkit.Limits(per_host_connections=1)) as client:
+        box = await new_box(emulator, client)
+        box.put(REMOTE, data)
+        result = await box.files.download(REMOTE, tmp_path / "big.bin")
+    assert (tmp_path / "big.bin").read_bytes() == data and result.sha256 == sha(data)
+    assert len(ranges(emulator)) > 2
+
+
+async def test_checksum_false_and_progress(
+    emulator: Emulator, split_box: Box, tmp_path: Path
+) -> None:
+    data = payload(2 * MiB + 1, seed=10)
+    split_box.put(REMOTE, data)
+    seen: list[tuple[int, int | None]] = []
+    result = await split_box.files.download(
+        REMOTE, tmp_path / "big.bin", checksum=False, progress=lambda d, t: seen.append((d, t))
+    )
+    assert result.sha256 is None and (tmp_path / "big.bin").read_bytes() == data
+    assert seen[-1] == (len(data), len(data))
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+
+
+@pytest.mark.parametrize("parts", [0, -1, True, 1.5, "2"])
+async def test_bad_parts_are_refused_before_any_request(
+    emulator: Emulator, split_box: Box, tmp_path: Path, parts: Any
+) -> None:
+    with pytest.raises(sandboxkit.ValidationError, match="parts"):
+        await split_box.files.download(REMOTE, tmp_path / "x", parts=parts)
+    assert ranges(emulator) == []
+
+
+async def test_cancelled_twice_leaves_nothing_behind(emulator: Emulator, tmp_path: Path) -> None:
+    """Cancelled while slices are in flight (held by a delay) and again during cleanup:
+    the call ends cancelled, no part, no sidecar, no connection held."""
+    data = payload(4 * MiB, seed=11)
+    emulator.faults.script("files.download", Fault.delay(0), *[Fault.delay(1.0)] * 3)
+    started = asyncio.Event()
+    async with split_client(emulator) as client:
+        box = await new_box(emulator, client)
+        box.put(REMOTE, data)
+
+        def progress(done: int, total: int | None) -> None:
+            started.set()
+
+        task = asyncio.create_task(
+            box.files.download(REMOTE, tmp_path / "big.bin", progress=progress)
+        )
+        await started.wait()
+        await asyncio.sleep(0)
+        task.cancel()
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert os.listdir(tmp_path) == []
+        assert busy_connections(client) == 0
+
+
+async def test_memory_stays_flat(emulator: Emulator, split_box: Box, tmp_path: Path) -> None:
+    """Python allocations peak far below the file size: a few write batches per slice."""
+    data = payload(96 * MiB, seed=12)
+    split_box.put(REMOTE, data)
+    del data
+    tracemalloc.start()
+    try:
+        result = await split_box.files.download(REMOTE, tmp_path / "big.bin")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert result.size == 96 * MiB and len(ranges(emulator)) > 4
+    print("PEAK", peak / MiB)
+    assert peak < 48 * MiB, peak
+
+
+CHILD = """
+import asyncio, json, os, signal, sys
+import sandboxkit
+from sandboxkit.emulator import EmulatorResolver
+
+args = json.loads(sys.argv[1])
+
+async def main() -> None:
+    client = sandboxkit.Client(
+        api_key=args["api_key"], base_url=args["base_url"], data_plane_scheme="http",
+        resolver=EmulatorResolver(), retry=sandboxkit.RetryPolicy.no_delay(),
+        parallel_downloads=sandboxkit.ParallelDownloads(threshold=1 << 20, parts=4),
+    )
+    box = client.sandbox(sandbox_key=args["key"], domain=args["domain"], access_token=args["token"])
+
+    def progress(done: int, total: int | None) -> None:
+        if total and done >= total // 2:
+            os.kill(os.getpid(), signal.SIGKILL)  # mid-download: slices are mid-body
+
+    async with client:
+        await box.files.download(args["remote"], args["dest"], progress=progress)
+
+asyncio.run(main())
+"""
+
+
+async def test_a_killed_process_rerun_fetches_only_the_missing_ranges(
+    emulator: Emulator, box: Box, tmp_path: Path
+) -> None:
+    """SIGKILL halfway through a parallel download leaves the part and a sidecar listing
+    the ranges written; the rerun (in this process) asks only for bytes outside them, and
+    the file and sha256 are right."""
+    data = payload(24 * MiB, seed=13)
+    box.put(REMOTE, data)
+    dest = tmp_path / "big.bin"
+    args = {
+        "api_key": emulator.api_key,
+        "base_url": emulator.base_url,
+        "key": box.key,
+        "domain": emulator.domain,
+        "token": box.handle._host.token,
+        "remote": REMOTE,
+        "dest": str(dest),
+    }
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        CHILD,
+        json.dumps(args),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), timeout=120)
+    assert process.returncode == -9, (out + err).decode()
+    _part, sidecar = part_paths(dest)
+    done = [tuple(span) for span in json.loads(sidecar.read_text())["done"]]
+    assert done and sum(end - start for start, end in done) < len(data)
+    before = len(emulator.journal_for("files.download"))
+    async with split_client(emulator) as client:
+        handle = client.sandbox(
+            sandbox_key=box.key, domain=emulator.domain, access_token=args["token"]
+        )
+        result = await handle.files.download(REMOTE, dest)
+    asked = spans(ranges(emulator)[before:])
+    for start, end in asked:  # nothing written before is fetched again
+        assert all(end <= a or start >= b for a, b in done), ((start, end), done)
+    assert sum(end - start for start, end in asked) == len(data) - sum(b - a for a, b in done)
+    assert dest.read_bytes() == data and result.sha256 == sha(data)
+    assert result.resumes >= 1
+    assert part_files(tmp_path) == [] and os.listdir(tmp_path) == ["big.bin"]
