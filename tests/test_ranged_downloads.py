@@ -19,6 +19,8 @@ import pytest
 
 import sandboxkit
 from sandboxkit.emulator import Emulator, Fault
+from sandboxkit.resources._download import WRITE_BATCH
+from sandboxkit.resources._inplace import InPlace
 from sandboxkit.resources._partial import part_paths
 
 from .files_support import NO_RESUME, Box, new_box, payload, sha
@@ -59,6 +61,14 @@ def spans(headers: list[str | None]) -> list[tuple[int, int]]:
     return out
 
 
+def write_spans(path: Path, data: bytes, held: list[tuple[int, int]]) -> None:
+    """A part holding `data`'s bytes in `held` only (zeros elsewhere)."""
+    with open(path, "wb") as handle:
+        for start, end in held:
+            handle.seek(start)
+            handle.write(data[start:end])
+
+
 def replace(box: Box, remote: str, data: bytes) -> None:
     """Swap the sandbox file atomically (answers in flight keep reading the old one)."""
     target = box.root / remote.lstrip("/")
@@ -87,8 +97,10 @@ async def test_bytes_and_sha256_are_right_for_sizes_around_threshold_and_boundar
     data = payload(size, seed=size)
     split_box.put(REMOTE, data)
     dest = tmp_path / "big.bin"
-    result = await split_box.files.download(REMOTE, dest)
+    done: list[int] = []
+    result = await split_box.files.download(REMOTE, dest, progress=lambda d, _: done.append(d))
     assert dest.read_bytes() == data
+    assert max(done) == size  # no byte counted twice: the first answer stopped at its slice
     assert (result.size, result.sha256, result.resumes) == (size, sha(data), 0)
     seen = ranges(emulator)
     assert seen[0] is None and result.attempts == len(seen)
@@ -244,13 +256,26 @@ async def test_cancelled_twice_leaves_nothing_behind(emulator: Emulator, tmp_pat
             await task
         assert os.listdir(tmp_path) == []
         assert busy_connections(client) == 0
+        # The slices in flight were dropped, not finished: the other slices were never asked.
+        assert len(ranges(emulator)) <= PARTS + 1
 
 
-async def test_memory_stays_flat(emulator: Emulator, split_box: Box, tmp_path: Path) -> None:
-    """Python allocations peak far below the file size: a few write batches per slice."""
+async def test_memory_stays_flat(
+    emulator: Emulator, split_box: Box, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Python allocations peak far below the file size, and every thread call writes one
+    batch of about WRITE_BATCH bytes, never a whole slice."""
     data = payload(96 * MiB, seed=12)
     split_box.put(REMOTE, data)
     del data
+    batches: list[int] = []
+    write_at = InPlace.write_at
+
+    def counting(self: InPlace, batch: list[bytes], offset: int) -> None:
+        batches.append(sum(map(len, batch)))
+        write_at(self, batch, offset)
+
+    monkeypatch.setattr(InPlace, "write_at", counting)
     tracemalloc.start()
     try:
         result = await split_box.files.download(REMOTE, tmp_path / "big.bin")
@@ -258,8 +283,66 @@ async def test_memory_stays_flat(emulator: Emulator, split_box: Box, tmp_path: P
     finally:
         tracemalloc.stop()
     assert result.size == 96 * MiB and len(ranges(emulator)) > 4
-    print("PEAK", peak / MiB)
-    assert peak < 48 * MiB, peak
+    assert max(batches) <= WRITE_BATCH + 1 * MiB and len(batches) >= 96 * MiB // WRITE_BATCH
+    assert peak < 40 * MiB, peak
+
+
+async def test_a_sliced_part_is_continued_in_its_gaps_only(
+    emulator: Emulator, split_box: Box, tmp_path: Path
+) -> None:
+    """A part whose sidecar vouches for two ranges (not a prefix) is continued by asking
+    for the two gaps only; the sha256 covers the whole file (the held bytes read back)."""
+    data = payload(3 * MiB, seed=14)
+    split_box.put(REMOTE, data)
+    dest = tmp_path / "big.bin"
+    part, sidecar = part_paths(dest)
+    held = [(0, 300_000), (1_000_000, 2_000_000)]
+    write_spans(part, data, held)
+    sidecar.write_text(
+        json.dumps(
+            {
+                "origin": split_box.handle.origin,
+                "path": REMOTE,
+                "username": None,
+                "total": len(data),
+                "ranges": True,
+                "done": [list(span) for span in held],
+            }
+        )
+    )
+    result = await split_box.files.download(REMOTE, dest)
+    asked = sorted(spans(ranges(emulator)))
+    assert asked[0][0] == 300_000 and sum(b - a for a, b in asked) == len(data) - 1_300_000
+    assert all(b <= 1_000_000 or a >= 2_000_000 for a, b in asked)
+    assert dest.read_bytes() == data and result.sha256 == sha(data)
+    assert result.resumes == 2  # the two gaps' first slices continue held bytes
+    assert os.listdir(tmp_path) == ["big.bin"]
+
+
+async def test_one_stream_continues_only_the_first_range_of_a_sliced_part(
+    emulator: Emulator, split_box: Box, tmp_path: Path
+) -> None:
+    """With parts=1, a sliced part is cut back to its first range and continued from there."""
+    data = payload(3 * MiB, seed=15)
+    split_box.put(REMOTE, data)
+    dest = tmp_path / "big.bin"
+    part, sidecar = part_paths(dest)
+    part.write_bytes(data[:2_000_000])
+    sidecar.write_text(
+        json.dumps(
+            {
+                "origin": split_box.handle.origin,
+                "path": REMOTE,
+                "username": None,
+                "total": len(data),
+                "ranges": True,
+                "done": [[0, 300_000], [1_000_000, 2_000_000]],
+            }
+        )
+    )
+    result = await split_box.files.download(REMOTE, dest, parts=1)
+    assert ranges(emulator) == ["bytes=300000-"]
+    assert dest.read_bytes() == data and result.sha256 == sha(data)
 
 
 CHILD = """
