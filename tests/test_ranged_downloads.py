@@ -15,13 +15,14 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 import sandboxkit
 from sandboxkit.emulator import Emulator, Fault
 from sandboxkit.resources._download import WRITE_BATCH
 from sandboxkit.resources._inplace import InPlace
-from sandboxkit.resources._partial import part_paths
+from sandboxkit.resources._partial import PartOf, open_part, part_paths
 
 from .files_support import NO_RESUME, Box, new_box, payload, sha
 from .reliability_support import busy_connections, part_files
@@ -415,3 +416,29 @@ async def test_a_killed_process_rerun_fetches_only_the_missing_ranges(
     assert dest.read_bytes() == data and result.sha256 == sha(data)
     assert result.resumes >= 1
     assert part_files(tmp_path) == [] and os.listdir(tmp_path) == ["big.bin"]
+
+
+def test_a_single_stream_opens_a_sliced_part_cut_back_to_its_first_range(
+    tmp_path: Path,
+) -> None:
+    """Bytes after the first gap are not vouched for by a prefix sidecar: they are cut off
+    before one stream writes its own sidecar over the part."""
+    of = PartOf("http://k.example.test", REMOTE, None)
+    dest = tmp_path / "big.bin"
+    part, sidecar = part_paths(dest)
+    part.write_bytes(b"x" * 2000)
+    sidecar.write_text(
+        json.dumps(
+            {**attrs.asdict(of), "total": 3000, "ranges": True, "done": [[0, 300], [1000, 2000]]}
+        )
+    )
+    opened = open_part(dest, of, resume=True)
+    try:
+        assert (opened.held, opened.done) == (300, [(0, 300)])
+        assert os.fstat(opened.handle.fileno()).st_size == 300
+    finally:
+        opened.handle.close()
+    opened = open_part(dest, of, resume=True, sliced=True)
+    opened.handle.close()
+    # The sidecar still names the range cut off, which the file no longer holds: distrusted.
+    assert opened.done == []
