@@ -9,6 +9,7 @@ import asyncio
 import itertools
 import json
 import os
+import pickle
 import sys
 import tracemalloc
 from collections.abc import AsyncIterator
@@ -19,11 +20,13 @@ import attrs
 import pytest
 
 import sandboxkit
+from sandboxkit import sync
 from sandboxkit.emulator import Emulator, Fault
 from sandboxkit.resources._download import WRITE_BATCH
 from sandboxkit.resources._inplace import InPlace
 from sandboxkit.resources._partial import PartOf, open_part, part_paths
 
+from .cli_support import EmulatorThread
 from .files_support import NO_RESUME, Box, new_box, payload, sha
 from .reliability_support import busy_connections, part_files
 
@@ -442,3 +445,46 @@ def test_a_single_stream_opens_a_sliced_part_cut_back_to_its_first_range(
     opened.handle.close()
     # The sidecar still names the range cut off, which the file no longer holds: distrusted.
     assert opened.done == []
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [({"threshold": 0}, "threshold"), ({"parts": 0}, "parts"), ({"parts": True}, "parts")],
+)
+def test_parallel_downloads_options_are_validated(options: dict[str, Any], field: str) -> None:
+    with pytest.raises(sandboxkit.ValidationError, match=field):
+        sandboxkit.ParallelDownloads(**options)
+    assert sandboxkit.ParallelDownloads.off().parts == 1
+    with pytest.raises(sandboxkit.ValidationError, match="parallel_downloads"):
+        sandboxkit.Client(api_key="k", base_url="http://x.test", parallel_downloads=4)  # type: ignore[arg-type]
+
+
+def test_client_config_carries_parallel_downloads_through_pickle() -> None:
+    chosen = sandboxkit.ParallelDownloads(threshold=5 * MiB, parts=6)
+    config = sandboxkit.ClientConfig(
+        api_key="k", base_url="http://x.test", parallel_downloads=chosen
+    )
+    again = pickle.loads(pickle.dumps(config))
+    assert again.parallel_downloads == chosen
+    assert sandboxkit.Client.from_config(again).parallel_downloads == chosen
+    with pytest.raises(sandboxkit.ValidationError, match="parallel_downloads"):
+        sandboxkit.ClientConfig(parallel_downloads=3)  # type: ignore[arg-type]
+
+
+def test_the_sync_client_splits_too(tmp_path: Path) -> None:
+    with EmulatorThread() as running:
+        emu = running.emu
+        body = running.call(emu.create_sandbox())
+        data = payload(3 * MiB, seed=16)
+        (emu.sandbox_root(body["data"]["sandbox_key"]) / "big.bin").write_bytes(data)
+        options = {
+            "api_key": emu.api_key,
+            "base_url": emu.base_url,
+            "data_plane_scheme": "http",
+            "resolver": emu.resolver,
+            "parallel_downloads": sandboxkit.ParallelDownloads(threshold=THRESHOLD, parts=PARTS),
+        }
+        with sync.Client(**options) as client:  # type: ignore[arg-type]
+            result = client.sandbox_from_response(body).files.download("/big.bin", tmp_path / "b")
+        assert result.sha256 == sha(data) and (tmp_path / "b").read_bytes() == data
+        assert len(emu.journal_for("files.download")) > 2
