@@ -38,7 +38,8 @@ PARTS = 4
 
 def split_client(emu: Emulator, **options: Any) -> sandboxkit.Client:
     options.setdefault(
-        "parallel_downloads", sandboxkit.ParallelDownloads(threshold=THRESHOLD, parts=PARTS)
+        "parallel_downloads",
+        sandboxkit.ParallelDownloads(threshold=THRESHOLD, parts=PARTS, min_latency=0),
     )
     return emu.client(retry=sandboxkit.RetryPolicy.no_delay(), **options)
 
@@ -268,7 +269,7 @@ async def test_memory_stays_flat(
     emulator: Emulator, split_box: Box, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Python allocations peak far below the file size, and every thread call writes one
-    batch of about WRITE_BATCH bytes, never a whole slice."""
+    batch of a few MiB, never a whole slice."""
     data = payload(96 * MiB, seed=12)
     split_box.put(REMOTE, data)
     del data
@@ -360,7 +361,7 @@ async def main() -> None:
     client = sandboxkit.Client(
         api_key=args["api_key"], base_url=args["base_url"], data_plane_scheme="http",
         resolver=EmulatorResolver(), retry=sandboxkit.RetryPolicy.no_delay(),
-        parallel_downloads=sandboxkit.ParallelDownloads(threshold=1 << 20, parts=4),
+        parallel_downloads=sandboxkit.ParallelDownloads(threshold=1 << 20, parts=4, min_latency=0),
     )
     box = client.sandbox(sandbox_key=args["key"], domain=args["domain"], access_token=args["token"])
 
@@ -449,7 +450,12 @@ def test_a_single_stream_opens_a_sliced_part_cut_back_to_its_first_range(
 
 @pytest.mark.parametrize(
     ("options", "field"),
-    [({"threshold": 0}, "threshold"), ({"parts": 0}, "parts"), ({"parts": True}, "parts")],
+    [
+        ({"threshold": 0}, "threshold"),
+        ({"parts": 0}, "parts"),
+        ({"parts": True}, "parts"),
+        ({"min_latency": -1}, "min_latency"),
+    ],
 )
 def test_parallel_downloads_options_are_validated(options: dict[str, Any], field: str) -> None:
     with pytest.raises(sandboxkit.ValidationError, match=field):
@@ -482,9 +488,23 @@ def test_the_sync_client_splits_too(tmp_path: Path) -> None:
             "base_url": emu.base_url,
             "data_plane_scheme": "http",
             "resolver": emu.resolver,
-            "parallel_downloads": sandboxkit.ParallelDownloads(threshold=THRESHOLD, parts=PARTS),
+            "parallel_downloads": sandboxkit.ParallelDownloads(
+                threshold=THRESHOLD, parts=PARTS, min_latency=0
+            ),
         }
         with sync.Client(**options) as client:  # type: ignore[arg-type]
             result = client.sandbox_from_response(body).files.download("/big.bin", tmp_path / "b")
         assert result.sha256 == sha(data) and (tmp_path / "b").read_bytes() == data
         assert len(emu.journal_for("files.download")) > 2
+
+
+async def test_a_nearby_data_center_gets_one_stream(emulator: Emulator, tmp_path: Path) -> None:
+    """An answer within `min_latency` means a short path, where one stream reaches the
+    link's speed: even a file past the threshold is not split, whatever `parts` says."""
+    data = payload(3 * MiB, seed=17)
+    parallel = sandboxkit.ParallelDownloads(threshold=THRESHOLD, parts=PARTS, min_latency=5.0)
+    async with split_client(emulator, parallel_downloads=parallel) as client:
+        box = await new_box(emulator, client)
+        box.put(REMOTE, data)
+        result = await box.files.download(REMOTE, tmp_path / "big.bin", parts=8)
+    assert result.sha256 == sha(data) and ranges(emulator) == [None]

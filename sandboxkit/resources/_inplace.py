@@ -63,8 +63,13 @@ class Ledger:
 class InPlace:
     """The part's file descriptor, the ledger, and every thread call that touches them."""
 
-    def __init__(self, part: PartFile, ledger: Ledger, moved: Callable[[int], None]) -> None:
+    def __init__(
+        self, part: PartFile, ledger: Ledger, moved: Callable[[int], None], answers: int
+    ) -> None:
         self.fd = part.handle.fileno()
+        # Each of `answers` writers holds up to two batches (one writing, one filling): the
+        # batch shrinks as they multiply, so memory stays near 16 MiB whatever `parts` is.
+        self.batch = max(1 << 20, 2 * WRITE_BATCH // max(1, answers))
         self.ledger = ledger
         self.moved = moved  # told of each answer's bytes as they are handed over
         self.grew = asyncio.Event()  # set when a write has landed
@@ -138,7 +143,7 @@ class Writer:
         self._batch.append(data)
         self._batched += len(data)
         self._file.moved(len(data))
-        if self._batched >= WRITE_BATCH:
+        if self._batched >= self._file.batch:
             await self._settle()
             self._submit()
 

@@ -178,6 +178,8 @@ class _Run:
 
     async def _first_stream(self, state: ResumeState) -> None:
         switch = _Switch(self.sink)
+        clock = self.request.plane.calls.clock
+        sent = clock()
 
         def on_stream(now: ResumeState) -> int | None:
             if self._stop is not None:
@@ -188,6 +190,7 @@ class _Run:
                 and now.ranges_supported
                 and total is not None
                 and total >= self.parallel.threshold
+                and clock() - sent >= self.parallel.min_latency  # else one stream is as fast
             ):
                 pieces = self._plan([(0, total)], self.parallel.parts)
                 if len(pieces) > 1:
@@ -214,7 +217,9 @@ class _Run:
     def _begin_split(
         self, total: int, done: list[Span], workers: int, queued: bool = False
     ) -> None:
-        self.file = InPlace(self.part, Ledger(self.part, total, list(done)), self._moved_on)
+        self.file = InPlace(
+            self.part, Ledger(self.part, total, list(done)), self._moved_on, self.parallel.parts
+        )
         # Before any byte lands where a prefix part's size would vouch for it.
         self.file.ledger.save()
         if not queued:

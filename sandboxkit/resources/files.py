@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import attrs
+
 from .._config import CallOptions, ParallelDownloads, RetryPolicy, Timeout
 from .._validation import check_username
 from ..errors import ValidationError
@@ -75,7 +77,8 @@ class Files:
         local name is `dest`, never the server's `Content-Disposition`.
 
         A file of at least the client's `ParallelDownloads.threshold` bytes, on a data center
-        that answers its first GET with `Accept-Ranges: bytes`, is fetched on up to `parts`
+        that answers its first GET with `Accept-Ranges: bytes` after at least
+        `ParallelDownloads.min_latency` (a long link), is fetched on up to `parts`
         connections of this sandbox's pool at once: the first GET's body gives the file's
         first slice, the rest comes as `Range` slices in file order, each written in place
         and resumed on its own after a cut; the sidecar then records the byte ranges written,
@@ -123,7 +126,7 @@ class Files:
         path = _download.check_destination(dest)
         parallel = self._parallel
         if parts is not None:
-            parallel = ParallelDownloads(parallel.threshold, _ranged.check_parts(parts))
+            parallel = attrs.evolve(parallel, parts=_ranged.check_parts(parts))
         if parallel.parts > 1:
             return await _ranged.download_to_file(
                 request,
