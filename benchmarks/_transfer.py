@@ -347,18 +347,8 @@ async def run_upload(size: int, rounds: int, work: Path) -> CaseResult:
                 connector=aiohttp.TCPConnector(resolver=EmulatorResolver()),
                 headers={"X-Access-Token": ends.token},
             ) as session,
-            # Loopback answers within the default min_latency, so `client` uses one stream;
-            # this one splits anyway, to show what slices cost where they cannot pay.
-            sandboxkit.Client(
-                api_key=ends.api_key,
-                base_url=ends.base_url,
-                data_plane_scheme="http",
-                resolver=resolver,
-                parallel_downloads=sandboxkit.ParallelDownloads(min_latency=0),
-            ) as splitting,
         ):
             sbx = client.sandbox(sandbox_key=KEY, domain=ends.domain, access_token=ends.token)
-            sliced = splitting.sandbox(sandbox_key=KEY, domain=ends.domain, access_token=ends.token)
 
             def check(received: int) -> None:
                 # The multipart framing adds a few hundred bytes around the file.
