@@ -27,12 +27,14 @@ import contextlib
 import hashlib
 import logging
 from collections import deque
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
 import attrs
 
+from .._bodies import StreamingResponse
 from .._cancel import raise_held, wait_through_cancels
 from .._config import ParallelDownloads, Timeout
 from .._protocol import ACCEPT_RANGES, CONTENT_RANGE, FILES_PATH, RANGE
@@ -44,7 +46,7 @@ from ..models import DownloadResult
 from ._download import OPERATION, Request, _FileSink, _part_of, fetch
 from ._inplace import InPlace, Ledger, Writer
 from ._partial import PartFile, open_part
-from ._plane import Progress
+from ._plane import DataPlane, Progress
 
 __all__ = ["check_parts", "download_to_file"]
 
@@ -83,6 +85,18 @@ class _Switch:
 
     async def truncate(self) -> None:
         await (self.writer or self.sink).truncate()
+
+
+@attrs.frozen
+class _TimedPlane(DataPlane):
+    """The host's plane, noting when its latest request was sent: how long the answer's
+    head took (a round trip or more; retry waits excluded) tells a long link."""
+
+    sent: list[float] = attrs.field(factory=lambda: [0.0])
+
+    def open(self, *args: Any, **kwargs: Any) -> AbstractAsyncContextManager[StreamingResponse]:
+        self.sent[0] = self.calls.clock()
+        return super().open(*args, **kwargs)
 
 
 @attrs.define
@@ -178,8 +192,9 @@ class _Run:
 
     async def _first_stream(self, state: ResumeState) -> None:
         switch = _Switch(self.sink)
-        clock = self.request.plane.calls.clock
-        sent = clock()
+        plane = self.request.plane
+        timed = _TimedPlane(plane.calls, plane.host)
+        clock = plane.calls.clock
 
         def on_stream(now: ResumeState) -> int | None:
             if self._stop is not None:
@@ -190,7 +205,8 @@ class _Run:
                 and now.ranges_supported
                 and total is not None
                 and total >= self.parallel.threshold
-                and clock() - sent >= self.parallel.min_latency  # else one stream is as fast
+                # A short path: one stream is as fast, slices would only cost CPU.
+                and clock() - timed.sent[0] >= self.parallel.min_latency
             ):
                 pieces = self._plan([(0, total)], self.parallel.parts)
                 if len(pieces) > 1:
@@ -206,7 +222,8 @@ class _Run:
             if self.file is None and self.progress is not None:
                 self.progress(done, total)
 
-        await fetch(self.request, "file", switch, progress, state=state, on_stream=on_stream)
+        request = attrs.evolve(self.request, plane=timed)
+        await fetch(request, "file", switch, progress, state=state, on_stream=on_stream)
         if self._stop is not None:  # its piece is written: this connection takes more
             await self._worker()
 
