@@ -508,3 +508,29 @@ async def test_a_nearby_data_center_gets_one_stream(emulator: Emulator, tmp_path
         box.put(REMOTE, data)
         result = await box.files.download(REMOTE, tmp_path / "big.bin", parts=8)
     assert result.sha256 == sha(data) and ranges(emulator) == [None]
+
+
+async def test_a_prefix_part_is_continued_on_one_stream(
+    emulator: Emulator, split_box: Box, tmp_path: Path
+) -> None:
+    """A part one stream left (no `done` in its sidecar) says nothing of the link: it is
+    continued with one open Range, as without slices."""
+    data = payload(3 * MiB, seed=18)
+    split_box.put(REMOTE, data)
+    dest = tmp_path / "big.bin"
+    part, sidecar = part_paths(dest)
+    part.write_bytes(data[:1_234_567])
+    sidecar.write_text(
+        json.dumps(
+            {
+                "origin": split_box.handle.origin,
+                "path": REMOTE,
+                "username": None,
+                "total": len(data),
+                "ranges": True,
+            }
+        )
+    )
+    result = await split_box.files.download(REMOTE, dest)
+    assert ranges(emulator) == ["bytes=1234567-"]
+    assert dest.read_bytes() == data and result.sha256 == sha(data) and result.resumes == 1

@@ -71,6 +71,7 @@ class PartFile:
     held: int = 0
     total: int | None = None
     done: list[Span] = attrs.field(factory=list)
+    sliced: bool = False  # its sidecar came from a download in slices
     _recorded: tuple[int | None, bool] | None = None
 
     def record(self, total: int | None, ranges: bool) -> None:
@@ -140,6 +141,7 @@ def open_part(dest: Path, of: PartOf, *, resume: bool, sliced: bool = False) -> 
             handle.truncate(held)
     if done and seen is not None:
         part.held, part.total, part.done = prefix(done), seen["total"], done
+        part.sliced = sliced and "done" in seen
     else:  # nothing, or bytes of something else: never appended to
         handle.truncate(0)
     return part

@@ -1,7 +1,8 @@
 """Parallel ranged downloads (DESIGN section 6, item 9): one file on several connections.
 
-The first GET has no Range (6.1). When its answer shows `Accept-Ranges: bytes` and a size
-of at least `ParallelDownloads.threshold`, the file is cut into pieces in file order
+The first GET has no Range (6.1). When its answer shows `Accept-Ranges: bytes`, a size of
+at least `ParallelDownloads.threshold`, and took `min_latency` or more to come (a long
+link: a short one is as fast on one stream), the file is cut into pieces in file order
 (`_slices.split`, a few per connection). The first GET's body is the first piece: it is
 read up to the piece's end, then its connection is dropped. The other pieces are a work
 queue for `parts - 1` more connections, and the first one's once its piece is done. Each
@@ -11,7 +12,7 @@ cut; its bytes are written in place with `os.pwritev` from worker threads, a few
 call. A piece answer that shows the file changed (another total, a 200, a 416) starts the
 whole download over from an empty part.
 
-The sha256 follows the written prefix: a task reads back from the page cache (`os.pread`)
+The sha256 follows the written prefix: a task reads back from the page cache (`preadv`)
 what is contiguous from byte 0 and hashes it as the prefix grows; with pieces handed out in
 file order it trails the download by a few pieces. The sidecar records the byte ranges
 written (after their bytes are), so a rerun after a killed process fetches only the gaps.
@@ -150,14 +151,16 @@ class _Run:
                 logger.warning("%s: %s", OPERATION, restart)
                 await self.sink.truncate()
                 self.part.held, self.part.total, self.part.done = 0, None, []
+                self.part.sliced = False
                 self.file, self._stop, self._moved = None, None, 0
                 self._queue.clear()
                 self._continued.clear()
 
     async def _attempt_all(self) -> tuple[int, str | None]:
         part = self.part
-        if part.done and part.total is not None and part.total >= self.parallel.threshold:
-            # A part written before (in slices or not) of a large file: fetch only its gaps.
+        if part.sliced and part.total is not None and part.total >= self.parallel.threshold:
+            # A part an earlier download wrote in slices (so the link was long enough):
+            # fetch only its gaps, in slices again.
             self._continued = {end for _, end in part.done if end < part.total}
             self._begin_split(part.total, part.done, self.parallel.parts)
         else:
