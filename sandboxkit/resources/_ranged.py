@@ -78,6 +78,13 @@ class _Switch:
         self.sink = sink
         self.writer: Writer | None = None
 
+    @property
+    def views(self) -> bool:
+        """Whether `fetch` may hand this answer's pieces as views of a reused buffer (a
+        sink that says so, see `fetch`): the file sink copies them; a `Writer` keeps each
+        piece until its batch is written, so it needs bytes. Asked after `on_stream`."""
+        return self.writer is None and bool(getattr(self.sink, "views", False))
+
     async def write(self, data: bytes) -> None:
         await (self.writer or self.sink).write(data)
 
