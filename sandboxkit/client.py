@@ -55,7 +55,8 @@ class Client:
         limits: connection pool bounds.
         parallel_downloads: when `files.download` fetches a large file over several
             connections of its sandbox host at once (`ParallelDownloads`; default: files of
-            64 MiB or more on 4 connections where the data center supports `Range`).
+            64 MiB or more on 8 connections where the data center supports `Range` and is
+            10 ms or more away).
         data_plane_scheme: "https" (the service) or "http" (the emulator without TLS); env
             `SANDBOXKIT_DATA_PLANE_SCHEME`, else "https".
         ssl: an SSLContext, True (verify with the system store) or False (no verification).
