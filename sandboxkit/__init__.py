@@ -15,7 +15,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from ._client_config import ClientConfig
-from ._config import Limits, RetryPolicy, Timeout
+from ._config import Limits, ParallelDownloads, RetryPolicy, Timeout
 from ._events import RequestEvent, ResponseEvent, RetryEvent
 from ._version import __version__
 from .errors import (
@@ -131,6 +131,7 @@ __all__ = [
     "Organization",
     "Page",
     "PaginationError",
+    "ParallelDownloads",
     "PartitionEntry",
     "PayloadTooLargeError",
     "PermissionDeniedError",

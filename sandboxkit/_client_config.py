@@ -23,6 +23,7 @@ from ._config import (
     BASE_URL_ENV,
     DATA_PLANE_SCHEME_ENV,
     Limits,
+    ParallelDownloads,
     RetryPolicy,
     Timeout,
     resolve_data_plane_scheme,
@@ -108,7 +109,7 @@ class ClientConfig:
         base_url: as for Client; None reads `SANDBOXKIT_BASE_URL` where the Client is built.
         data_plane_scheme: as for Client; None reads `SANDBOXKIT_DATA_PLANE_SCHEME` where the
             Client is built (else "https").
-        timeout, retry, limits: as for Client.
+        timeout, retry, limits, parallel_downloads: as for Client.
         ssl: True (system store), False (no verification), a CA bundle path to trust, or a
             picklable zero-argument factory returning an `ssl.SSLContext`.
         resolver: a picklable zero-argument factory returning an aiohttp resolver (a
@@ -138,6 +139,9 @@ class ClientConfig:
     timeout: Timeout = attrs.field(factory=Timeout, validator=_check_type(Timeout))
     retry: RetryPolicy = attrs.field(factory=RetryPolicy, validator=_check_type(RetryPolicy))
     limits: Limits = attrs.field(factory=Limits, validator=_check_type(Limits))
+    parallel_downloads: ParallelDownloads = attrs.field(
+        factory=ParallelDownloads, validator=_check_type(ParallelDownloads)
+    )
     data_plane_scheme: str | None = attrs.field(default=None, validator=_check_scheme)
     ssl: SSLOption = attrs.field(default=True, validator=_check_ssl)
     resolver: Callable[[], Any] | None = attrs.field(default=None, validator=_check_resolver)

@@ -19,6 +19,7 @@ from ._client_config import ClientConfig
 from ._config import (
     CallOptions,
     Limits,
+    ParallelDownloads,
     RetryPolicy,
     Timeout,
     resolve_api_key,
@@ -52,6 +53,10 @@ class Client:
         timeout: default time limits; every operation takes a `timeout=` override.
         retry: default retry policy; every operation takes a `retry=` override.
         limits: connection pool bounds.
+        parallel_downloads: when `files.download` fetches a large file over several
+            connections of its sandbox host at once (`ParallelDownloads`; default: files of
+            64 MiB or more on 8 connections where the data center supports `Range` and is
+            10 ms or more away).
         data_plane_scheme: "https" (the service) or "http" (the emulator without TLS); env
             `SANDBOXKIT_DATA_PLANE_SCHEME`, else "https".
         ssl: an SSLContext, True (verify with the system store) or False (no verification).
@@ -86,6 +91,7 @@ class Client:
         timeout: Timeout | None = None,
         retry: RetryPolicy | None = None,
         limits: Limits | None = None,
+        parallel_downloads: ParallelDownloads | None = None,
         data_plane_scheme: str | None = None,
         ssl: ssl_module.SSLContext | bool = True,
         resolver: aiohttp.abc.AbstractResolver | None = None,
@@ -111,6 +117,11 @@ class Client:
         self.timeout = timeout if timeout is not None else Timeout()
         self.retry = retry if retry is not None else RetryPolicy()
         self.limits = limits if limits is not None else Limits()
+        if parallel_downloads is None:
+            parallel_downloads = ParallelDownloads()
+        elif not isinstance(parallel_downloads, ParallelDownloads):
+            raise ValidationError("parallel_downloads must be a sandboxkit.ParallelDownloads")
+        self.parallel_downloads = parallel_downloads
         self.data_plane_scheme = data_plane_scheme
         self._transport = Transport(
             base_url=self.base_url,
@@ -158,6 +169,7 @@ class Client:
             timeout=config.timeout,
             retry=config.retry,
             limits=config.limits,
+            parallel_downloads=config.parallel_downloads,
             data_plane_scheme=config.data_plane_scheme,
             ssl=config.make_ssl(),
             resolver=resolver,
@@ -256,7 +268,9 @@ class Client:
                 plain host name part.
         """
         address = check_address(sandbox_key, domain, access_token)
-        return Sandbox(self._calls, address, scheme=self.data_plane_scheme)
+        return Sandbox(
+            self._calls, address, scheme=self.data_plane_scheme, parallel=self.parallel_downloads
+        )
 
     def sandbox_from_response(self, body: Mapping[str, Any]) -> Sandbox:
         """A handle from a sandbox create/connect answer (`data.sandbox_key`, `data.domain`,
@@ -266,4 +280,6 @@ class Client:
             ValidationError: the answer lacks one of them.
         """
         address = address_from_response(body)
-        return Sandbox(self._calls, address, scheme=self.data_plane_scheme)
+        return Sandbox(
+            self._calls, address, scheme=self.data_plane_scheme, parallel=self.parallel_downloads
+        )

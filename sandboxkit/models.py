@@ -240,8 +240,12 @@ class FileEntry:
 class DownloadResult:
     """What `files.download` wrote.
 
-    `attempts` counts GET requests, `resumes` the ranged ones among them; `sha256` is the hex
-    digest of the bytes written (None with `checksum=False`); `elapsed` is in seconds.
+    `attempts` counts GET requests, every slice's included when the file came in parallel
+    slices. `resumes` counts the GETs that continued bytes already held: on one stream every
+    ranged GET; in slices, a slice's GET that asks from past the slice's first byte (after
+    a cut) or continues a range a dead process's partial file held (a slice's first GET is
+    ranged but no resume). `sha256` is the hex digest of the whole file as written (None with
+    `checksum=False`); `elapsed` is in seconds.
     """
 
     path: Path

@@ -46,7 +46,7 @@ from typing import (
 
 from . import client as _client
 from ._client_config import ClientConfig
-from ._config import Limits, RetryPolicy, Timeout
+from ._config import Limits, ParallelDownloads, RetryPolicy, Timeout
 from ._events import RequestEvent, ResponseEvent, RetryEvent
 from ._sync_loop import Loop
 from .models import Build
@@ -318,6 +318,7 @@ class ClientOptions(TypedDict, total=False):
     timeout: Timeout | None
     retry: RetryPolicy | None
     limits: Limits | None
+    parallel_downloads: ParallelDownloads | None
     data_plane_scheme: str | None
     ssl: ssl.SSLContext | bool
     resolver: AbstractResolver | None

@@ -96,7 +96,9 @@ async def transfer_step(
         up_bar.finish(size)
         up_elapsed = time.monotonic() - up_started
         down_bar = TransferBar(progress, "download")
-        result = await sandbox.files.download(REMOTE, dest, progress=down_bar)
+        # One stream: the demo shows resumes after cuts; over loopback slices would not pay
+        # (and a loaded machine's slow answer could make the download split).
+        result = await sandbox.files.download(REMOTE, dest, progress=down_bar, parts=1)
         down_bar.finish(result.size)
 
     uploads = emu.journal_for("files.upload")

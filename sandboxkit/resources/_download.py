@@ -202,7 +202,7 @@ async def fetch(
     progress: Progress | None = None,
     *,
     state: ResumeState | None = None,
-    on_stream: Callable[[ResumeState], object] | None = None,
+    on_stream: Callable[[ResumeState], int | None] | None = None,
 ) -> ResumeState:
     """Run the whole download into `sink`; returns the final state (done).
 
@@ -211,7 +211,9 @@ async def fetch(
 
     Args:
         state: where to start (a resumed partial file); default the first byte.
-        on_stream: told the state each time an answer's body is about to be read.
+        on_stream: told the state each time an answer's body is about to be read; what it
+            returns, if not None, is the offset at which to stop reading that body (the rest
+            of the file is fetched by others: `_ranged`), and fetch then returns not done.
     """
     plane = request.plane
     state = state if state is not None else ResumeState(mode)
@@ -242,16 +244,20 @@ async def fetch(
                 return await _verdict(decision, response)
             if decision.truncate:
                 await sink.truncate()
-            if on_stream is not None:
-                on_stream(state)
+            stop = on_stream(state) if on_stream is not None else None
             try:
                 async for chunk in response.iter_chunks(request.chunk_size):
+                    if stop is not None and state.position + len(chunk) >= stop:
+                        chunk = chunk[: stop - state.position]
                     received += len(chunk)
                     skip, keep = state.on_chunk(len(chunk))
                     if keep > skip:
                         await sink.write(chunk if keep - skip == len(chunk) else chunk[skip:keep])
                     if progress is not None:
                         progress(state.position, state.total)
+                    if stop is not None and state.position >= stop:
+                        await sink.flush()
+                        return None  # the connection is dropped, the body left unread
             except SandboxKitError:
                 # What arrived before the cut is good: keep it so the next GET resumes there.
                 await sink.flush()

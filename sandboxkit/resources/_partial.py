@@ -2,12 +2,15 @@
 
 `.{name}.part` holds the bytes so far and `.{name}.part.json` what they are a part of: the
 sandbox host, remote path and username, the file's total size and whether the data center
-showed range support. While a download writes the part it holds an exclusive `flock` on it,
-so a second writer of the same `dest` (in this process or another) fails at once with
-`DestinationLockedError`; the kernel drops the lock of a process that dies. A later download
-of the same remote file to the same `dest` finds the part, checks the sidecar, and continues
-from the part's size with `Range`; anything that does not match starts over from an empty
-part. Only the token is never written: the sidecar names the host, not its credentials.
+showed range support. A download in parallel slices (`_ranged`) also records `done`: the
+byte ranges written so far (only ranges whose bytes were written before the sidecar was),
+so the part is no longer a prefix and its size says nothing. While a download writes the
+part it holds an exclusive `flock` on it, so a second writer of the same `dest` (in this
+process or another) fails at once with `DestinationLockedError`; the kernel drops the lock
+of a process that dies. A later download of the same remote file to the same `dest` finds
+the part, checks the sidecar, and continues from the part's size (or its gaps) with `Range`;
+anything that does not match starts over from an empty part. Only the token is never
+written: the sidecar names the host, not its credentials.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import IO, Any
 
 import attrs
 
+from .._slices import Span, merge, prefix, valid_done
 from ..errors import DestinationLockedError
 
 try:  # POSIX; elsewhere parts are used without a lock
@@ -56,7 +60,8 @@ def part_paths(dest: Path) -> tuple[Path, Path]:
 class PartFile:
     """An open, locked partial file, and how many of its bytes a download may continue from.
 
-    `held` bytes are resumable (0: start from scratch); `total` is the size the sidecar saw.
+    `held` bytes are resumable (0: start from scratch); `total` is the size the sidecar saw;
+    `done` the byte ranges written (for a prefix part, `[(0, held)]`).
     """
 
     path: Path
@@ -65,6 +70,8 @@ class PartFile:
     of: PartOf
     held: int = 0
     total: int | None = None
+    done: list[Span] = attrs.field(factory=list)
+    sliced: bool = False  # its sidecar came from a download in slices
     _recorded: tuple[int | None, bool] | None = None
 
     def record(self, total: int | None, ranges: bool) -> None:
@@ -76,6 +83,15 @@ class PartFile:
         scratch = self.sidecar.with_name(self.sidecar.name + ".new")
         scratch.write_text(json.dumps(body))
         os.replace(scratch, self.sidecar)  # whole or not at all, even if the process dies
+
+    def record_done(self, total: int, done: list[Span]) -> None:
+        """Write the sidecar of a part written in slices: `done` are the ranges written
+        (call it only after their bytes are written). Safe from any one thread at a time."""
+        self._recorded = (total, True)
+        body = {**attrs.asdict(self.of), "total": total, "ranges": True, "done": done}
+        scratch = self.sidecar.with_name(self.sidecar.name + ".new")
+        scratch.write_text(json.dumps(body))
+        os.replace(scratch, self.sidecar)
 
     @property
     def resumable(self) -> bool:
@@ -90,8 +106,11 @@ class PartFile:
                 path.unlink()
 
 
-def open_part(dest: Path, of: PartOf, *, resume: bool) -> PartFile:
+def open_part(dest: Path, of: PartOf, *, resume: bool, sliced: bool = False) -> PartFile:
     """Open and lock `dest`'s partial file; keep its bytes when the sidecar vouches for them.
+
+    A part written in slices keeps all its written ranges when `sliced` (the caller fetches
+    only the gaps); otherwise only its first contiguous range is kept, the rest cut off.
 
     Raises:
         DestinationLockedError: another download is writing `dest` right now.
@@ -114,8 +133,15 @@ def open_part(dest: Path, of: PartOf, *, resume: bool) -> PartFile:
     part = PartFile(path, sidecar, handle, of)
     size = os.fstat(handle.fileno()).st_size
     seen = _read_sidecar(sidecar) if resume and size else None
-    if seen is not None and _continues(seen, of, size):
-        part.held, part.total = size, seen["total"]
+    done = _vouched(seen, of, size) if seen is not None else None
+    if done and not sliced:  # a single stream continues the first contiguous bytes only
+        held = prefix(done)
+        done = [(0, held)] if held else None
+        if held and held < size:
+            handle.truncate(held)
+    if done and seen is not None:
+        part.held, part.total, part.done = prefix(done), seen["total"], done
+        part.sliced = sliced and "done" in seen
     else:  # nothing, or bytes of something else: never appended to
         handle.truncate(0)
     return part
@@ -129,17 +155,25 @@ def _read_sidecar(sidecar: Path) -> dict[str, Any] | None:
     return seen if isinstance(seen, dict) else None
 
 
-def _continues(seen: dict[str, Any], of: PartOf, size: int) -> bool:
-    """Whether a part of `size` bytes with this sidecar is the start of the same file."""
+def _vouched(seen: dict[str, Any], of: PartOf, size: int) -> list[Span] | None:
+    """The ranges of a part of `size` bytes that are bytes of the same file, per its sidecar
+    (a prefix part: all of it; a sliced one: its `done`); None when none are."""
     total = seen.get("total")
-    return (
+    if not (
         seen.get("origin") == of.origin
         and seen.get("path") == of.path
         and seen.get("username") == of.username
         and seen.get("ranges") is True
         and isinstance(total, int)
         and 0 < size <= total
-    )
+    ):
+        return None
+    if "done" not in seen:
+        return [(0, size)]
+    done = valid_done(seen["done"], total)
+    if done is None or any(end > size for _, end in done):
+        return None  # a range the file does not even hold: nothing there is vouched for
+    return merge(done) or None
 
 
 def clear_leftovers(dest: Path) -> None:

@@ -9,11 +9,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .._config import CallOptions, RetryPolicy, Timeout
+import attrs
+
+from .._config import CallOptions, ParallelDownloads, RetryPolicy, Timeout
 from .._validation import check_username
 from ..errors import ValidationError
 from ..models import DownloadResult, FileEntry
-from . import _download, _upload
+from . import _download, _ranged, _upload
 from ._common import AsyncStream
 from ._plane import DataPlane, Progress, check_chunk_size
 
@@ -28,8 +30,9 @@ class Files:
     Paths are absolute paths inside the sandbox; they are checked before any request.
     """
 
-    def __init__(self, plane: DataPlane) -> None:
+    def __init__(self, plane: DataPlane, parallel: ParallelDownloads | None = None) -> None:
         self._plane = plane
+        self._parallel = parallel if parallel is not None else ParallelDownloads()
 
     def __repr__(self) -> str:
         return f"Files(origin={self._plane.host.origin!r})"
@@ -59,6 +62,7 @@ class Files:
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         checksum: bool = True,
         resume: bool = True,
+        parts: int | None = None,
         timeout: Timeout | None = None,
         retry: RetryPolicy | None = None,
     ) -> DownloadResult:
@@ -72,6 +76,15 @@ class Files:
         data center supports resume and the size still matches), else starts over. The
         local name is `dest`, never the server's `Content-Disposition`.
 
+        A file of at least the client's `ParallelDownloads.threshold` bytes, on a data center
+        that answers its first GET with `Accept-Ranges: bytes` after at least
+        `ParallelDownloads.min_latency` (a long link), is fetched on up to `parts`
+        connections of this sandbox's pool at once: the first GET's body gives the file's
+        first slice, the rest comes as `Range` slices in file order, each written in place
+        and resumed on its own after a cut; the sidecar then records the byte ranges written,
+        so a rerun fetches only the gaps. If the file's size changes meanwhile, the whole
+        download starts over.
+
         Args:
             remote: absolute path in the sandbox.
             dest: local file path; its directory must exist.
@@ -82,15 +95,20 @@ class Files:
             checksum: compute the SHA-256 of what was written (`result.sha256`); a resumed
                 part's bytes are read back and hashed too.
             resume: continue a partial file a dead process left; False always starts over.
+            parts: connections for this file (see above); None: the client's
+                `ParallelDownloads.parts`; 1: one stream.
             timeout: per-call time limits; `total` bounds the whole download.
             retry: per-call retry policy; a retry that moved the download forward does not
                 count against `max_attempts`.
 
         Returns:
-            A `DownloadResult(path, size, sha256, attempts, resumes, elapsed)`.
+            A `DownloadResult(path, size, sha256, attempts, resumes, elapsed)`; split into
+            slices, `attempts` counts every GET of every slice and `resumes` the GETs that
+            continued bytes already held (see `DownloadResult`).
 
         Raises:
-            ValidationError: a bad remote path, a directory as `dest`, a missing directory.
+            ValidationError: a bad remote path, a directory as `dest`, a missing directory,
+                `parts` not a positive integer.
             DestinationLockedError: another download is writing `dest` now.
             APIError: its status subclass (`NotFoundError`, ...) when the service refuses; a
                 `RedirectNotFollowedError` (an `APIError`) for a redirect, never followed.
@@ -106,6 +124,18 @@ class Files:
         """
         request = self._request(remote, username, chunk_size, timeout, retry)
         path = _download.check_destination(dest)
+        parallel = self._parallel
+        if parts is not None:
+            parallel = attrs.evolve(parallel, parts=_ranged.check_parts(parts))
+        if parallel.parts > 1:
+            return await _ranged.download_to_file(
+                request,
+                path,
+                checksum=bool(checksum),
+                progress=progress,
+                resume=bool(resume),
+                parallel=parallel,
+            )
         return await _download.download_to_file(
             request, path, checksum=bool(checksum), progress=progress, resume=bool(resume)
         )

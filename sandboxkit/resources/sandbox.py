@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from .._config import ParallelDownloads
 from .._pools import HostKey
 from .._protocol import data_plane_origin
 from ..errors import ValidationError
@@ -77,7 +78,14 @@ class Sandbox:
     access token. Creating a handle sends nothing.
     """
 
-    def __init__(self, calls: Calls, address: SandboxAddress, *, scheme: str) -> None:
+    def __init__(
+        self,
+        calls: Calls,
+        address: SandboxAddress,
+        *,
+        scheme: str,
+        parallel: ParallelDownloads | None = None,
+    ) -> None:
         self.sandbox_key = address.sandbox_key
         self.domain = address.domain
         self.origin = data_plane_origin(scheme, address.sandbox_key, address.domain)
@@ -86,7 +94,7 @@ class Sandbox:
         # The one call path every data-plane operation of this sandbox takes (files today,
         # command execution when the interface shows it).
         self._plane = DataPlane(calls, self._host)
-        self._files = Files(self._plane)
+        self._files = Files(self._plane, parallel or ParallelDownloads())
 
     @property
     def files(self) -> Files:

@@ -1,0 +1,128 @@
+"""Parallel ranged downloads, the pure part: which byte ranges to fetch, and what a slice's
+answer means (DESIGN section 6, item 9). No I/O, no await.
+
+A download split into slices keeps one fact: the byte ranges of the file already written
+(`done`, sorted and disjoint, half-open). What is missing is split into pieces in file
+order, a few per connection, handed out as a work queue: the connections stay busy to the
+end whatever their speeds, and the written prefix (which the sha256 follows) trails the
+fastest connection by a few pieces only.
+
+A slice asks for `Range: bytes=a-b` and trusts only a 206 for exactly what it asked, of a
+file of the size the download began with. Anything else (a 200 with the whole file, another
+total, a 416, a coded answer) means the file or the data center changed under the
+download: it starts over, whole, from the first byte.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from ._answers import parse_content_range
+from ._resume import Action, Decision, ResponseInfo
+
+__all__ = ["Span", "judge_slice", "merge", "missing", "prefix", "split", "valid_done"]
+
+Span = tuple[int, int]  # [start, end): half-open byte range
+
+
+def merge(spans: Iterable[Span]) -> list[Span]:
+    """The spans sorted, touching and overlapping ones joined, empty ones dropped."""
+    out: list[Span] = []
+    for start, end in sorted(s for s in spans if s[1] > s[0]):
+        if out and start <= out[-1][1]:
+            if end > out[-1][1]:
+                out[-1] = (out[-1][0], end)
+        else:
+            out.append((start, end))
+    return out
+
+
+def prefix(done: Sequence[Span]) -> int:
+    """How many bytes from offset 0 are written without a gap (`done` merged)."""
+    return done[0][1] if done and done[0][0] == 0 else 0
+
+
+def missing(done: Sequence[Span], total: int) -> list[Span]:
+    """The ranges of [0, total) not in `done` (merged)."""
+    out: list[Span] = []
+    at = 0
+    for start, end in done:
+        if start > at:
+            out.append((at, min(start, total)))
+        at = max(at, end)
+    if at < total:
+        out.append((at, total))
+    return [s for s in out if s[1] > s[0]]
+
+
+def split(gaps: Sequence[Span], parts: int, per_part: int, min_piece: int) -> list[Span]:
+    """The gaps cut into pieces in file order: about `per_part` pieces per connection, none
+    shorter than `min_piece` (unless its gap is), every byte in exactly one piece."""
+    left = sum(end - start for start, end in gaps)
+    if left == 0:
+        return []
+    size = max(min_piece, -(-left // (parts * per_part)))
+    pieces: list[Span] = []
+    for start, end in gaps:
+        count = max(1, round((end - start) / size))
+        for i in range(count):
+            pieces.append(
+                (start + (end - start) * i // count, start + (end - start) * (i + 1) // count)
+            )
+    return pieces
+
+
+def valid_done(value: object, total: int) -> list[Span] | None:
+    """A sidecar's `done` list as spans within [0, total), or None when it is not one."""
+    if not isinstance(value, list):
+        return None
+    spans: list[Span] = []
+    for item in value:
+        if (
+            not isinstance(item, list)
+            or len(item) != 2
+            or not all(isinstance(x, int) and not isinstance(x, bool) for x in item)
+            or not 0 <= item[0] <= item[1] <= total
+        ):
+            return None
+        spans.append((item[0], item[1]))
+    return merge(spans)
+
+
+def judge_slice(info: ResponseInfo, start: int, end: int, total: int) -> tuple[Decision, int]:
+    """The verdict on the answer to `Range: bytes={start}-{end - 1}` of a `total`-byte file,
+    and the offset its body ends at (STREAM only).
+
+    RETRY here means: start the whole download over (the file or the data center changed).
+    """
+    if info.status == 206:
+        if info.content_coding is not None:
+            return _over("a content-coded answer to a slice (its offsets are coded)"), 0
+        parsed = parse_content_range(info.content_range)
+        if parsed is None:
+            return _over(f"a slice answered with Content-Range {info.content_range!r}"), 0
+        if parsed.total is not None and parsed.total != total:
+            return _over(f"the file's size changed from {total} to {parsed.total} bytes"), 0
+        if parsed.start != start or parsed.end >= end:
+            return _over(
+                f"a 206 answer for bytes {parsed.start}-{parsed.end} to a request for bytes "
+                f"{start}-{end - 1}"
+            ), 0
+        length = parsed.end - parsed.start + 1
+        if info.content_length is not None and info.content_length != length:
+            return _over(
+                f"Content-Length {info.content_length} disagrees with Content-Range "
+                f"{info.content_range!r}"
+            ), 0
+        return Decision(Action.STREAM), parsed.end + 1
+    if info.status == 200:
+        return _over("a slice was answered with the whole file (no range support now)"), 0
+    if info.status == 416:
+        return _over(f"416 to a request for bytes {start}-{end - 1}: the file shrank"), 0
+    if 200 <= info.status < 300:
+        return Decision(Action.FAIL, reason=f"unexpected {info.status} answer to a slice"), 0
+    return Decision(Action.ERROR), 0
+
+
+def _over(why: str) -> Decision:
+    return Decision(Action.RETRY, reason=f"{why}; starting over from the first byte")

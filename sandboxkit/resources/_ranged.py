@@ -1,0 +1,419 @@
+"""Parallel ranged downloads (DESIGN section 6, item 9): one file on several connections.
+
+The first GET has no Range (6.1). When its answer shows `Accept-Ranges: bytes`, a size of
+at least `ParallelDownloads.threshold`, and took `min_latency` or more to come (a long
+link: a short one is as fast on one stream), the file is cut into pieces in file order
+(`_slices.split`, a few per connection). The first GET's body is the first piece: it is
+read up to the piece's end, then its connection is dropped. The other pieces are a work
+queue for `parts - 1` more connections, and the first one's once its piece is done. Each
+piece is one `Calls.run` of `Range: bytes=a-b` GETs on the host's own pool (so within
+`per_host_connections` and the host's 429 window), resumed from where it got to after a
+cut; its bytes are written in place with `os.pwritev` from worker threads, a few MiB a
+call. A piece answer that shows the file changed (another total, a 200, a 416) starts the
+whole download over from an empty part.
+
+The sha256 follows the written prefix: a task reads back from the page cache (`preadv`)
+what is contiguous from byte 0 and hashes it as the prefix grows; with pieces handed out in
+file order it trails the download by a few pieces. The sidecar records the byte ranges
+written (after their bytes are), so a rerun after a killed process fetches only the gaps.
+
+A file that is small, of unknown size, or on a data center without range support goes on
+as one stream in the same first GET: exactly the single-stream download.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+from collections import deque
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+import attrs
+
+from .._bodies import StreamingResponse
+from .._cancel import raise_held, wait_through_cancels
+from .._config import ParallelDownloads, Timeout
+from .._protocol import ACCEPT_RANGES, CONTENT_RANGE, FILES_PATH, RANGE
+from .._resume import Action, ResponseInfo, ResumeState
+from .._retry import TryAgain, is_transient
+from .._slices import Span, judge_slice, missing, split
+from ..errors import APITimeoutError, ResponseDecodeError, SandboxKitError, ValidationError
+from ..models import DownloadResult
+from ._download import OPERATION, Request, _FileSink, _part_of, fetch
+from ._inplace import InPlace, Ledger, Writer
+from ._partial import PartFile, open_part
+from ._plane import DataPlane, Progress
+
+__all__ = ["check_parts", "download_to_file"]
+
+T = TypeVar("T")
+logger = logging.getLogger("sandboxkit")
+
+PIECES_PER_PART = 4  # pieces per connection: the slowest holds the end back by one piece
+MIN_PIECE = 8 << 20  # below this a piece's extra request costs more than it brings
+RECORD_EVERY = 16 << 20  # bytes written between two sidecar updates (and at each piece's end)
+_IOV_MAX = 512  # pieces per pwritev (the system's IOV_MAX is 1024 on Linux)
+
+
+def check_parts(parts: Any) -> int:
+    """`parts` of `files.download`: an integer >= 1."""
+    if not isinstance(parts, int) or isinstance(parts, bool) or parts < 1:
+        raise ValidationError(f"parts={parts!r}: must be an integer >= 1")
+    return parts
+
+
+class _Restart(Exception):
+    """The file or the data center changed under a split download: begin again."""
+
+
+class _Switch:
+    """The first GET's sink: the file sink as one stream, or, once split, a `_Writer`."""
+
+    def __init__(self, sink: _FileSink) -> None:
+        self.sink = sink
+        self.writer: Writer | None = None
+
+    @property
+    def views(self) -> bool:
+        """Whether `fetch` may hand this answer's pieces as views of a reused buffer (a
+        sink that says so, see `fetch`): the file sink copies them; a `Writer` keeps each
+        piece until its batch is written, so it needs bytes. Asked after `on_stream`."""
+        return self.writer is None and bool(getattr(self.sink, "views", False))
+
+    async def write(self, data: bytes) -> None:
+        await (self.writer or self.sink).write(data)
+
+    async def flush(self) -> None:
+        await (self.writer or self.sink).flush()
+
+    async def truncate(self) -> None:
+        await (self.writer or self.sink).truncate()
+
+
+@attrs.frozen
+class _TimedPlane(DataPlane):
+    """The host's plane, noting when its latest request was sent: how long the answer's
+    head took (a round trip or more; retry waits excluded) tells a long link."""
+
+    sent: list[float] = attrs.field(factory=lambda: [0.0])
+
+    def open(self, *args: Any, **kwargs: Any) -> AbstractAsyncContextManager[StreamingResponse]:
+        self.sent[0] = self.calls.clock()
+        return super().open(*args, **kwargs)
+
+
+@attrs.define
+class _Run:
+    """One split-capable download into `part`; see the module docstring."""
+
+    request: Request
+    part: PartFile
+    sink: _FileSink
+    parallel: ParallelDownloads
+    checksum: bool
+    progress: Progress | None
+    attempts: int = 0
+    resumes: int = 0
+    file: InPlace | None = None  # once split
+    _queue: deque[Span] = attrs.field(factory=deque)
+    _continued: set[int] = attrs.field(factory=set)
+    _tasks: list[asyncio.Task[Any]] = attrs.field(factory=list)
+    _changed: asyncio.Event = attrs.field(factory=asyncio.Event)
+    _hash: Any = None
+    _moved: int = 0
+    _first: ResumeState | None = None
+    _stop: int | None = None
+
+    def _moved_on(self, size: int) -> None:
+        self._moved += size
+        if self.progress is not None and self.file is not None:
+            self.progress(self._moved, self.file.ledger.total)
+
+    # --- the whole download --------------------------------------------------------------
+
+    async def run(self) -> tuple[int, str | None]:
+        """Download the file; its size and sha256."""
+        restarts = 0
+        while True:
+            try:
+                return await self._attempt_all()
+            except _Restart as restart:
+                self._count_first()
+                held = await self.quiesce()
+                raise_held(held, None)
+                restarts += 1
+                if (
+                    restarts
+                    >= self.request.plane.calls.policy_for(self.request.options).max_attempts
+                ):
+                    raise ResponseDecodeError(
+                        f"{OPERATION}: the file kept changing during the download ({restart})",
+                        status=206,  # the answers were each fine; together, inconsistent
+                    ) from None
+                logger.warning("%s: %s", OPERATION, restart)
+                await self.sink.truncate()
+                self.part.held, self.part.total, self.part.done = 0, None, []
+                self.part.sliced = False
+                self.file, self._stop, self._moved = None, None, 0
+                self._queue.clear()
+                self._continued.clear()
+
+    async def _attempt_all(self) -> tuple[int, str | None]:
+        part = self.part
+        if part.sliced and part.total is not None and part.total >= self.parallel.threshold:
+            # A part an earlier download wrote in slices (so the link was long enough):
+            # fetch only its gaps, in slices again.
+            self._continued = {end for _, end in part.done if end < part.total}
+            self._begin_split(part.total, part.done, self.parallel.parts)
+        else:
+            if len(part.done) > 1:  # one stream continues the first range only
+                part.handle.truncate(part.held)
+            state = ResumeState("file")
+            if part.held:
+                await self.sink.adopt(part.held)
+                state = ResumeState(
+                    "file",
+                    position=part.held,
+                    high_water=part.held,
+                    total=part.total,
+                    ranges_supported=True,
+                )
+            self._first = state
+            self._spawn(self._first_stream(state))
+        await self._supervise()
+        first = self._first
+        self._count_first()
+        if self.file is None:  # one stream
+            assert first is not None
+            return first.position, self.sink.hexdigest()
+        self.file.ledger.save()
+        return self.file.ledger.total, None if self._hash is None else self._hash.hexdigest()
+
+    def _count_first(self) -> None:
+        if self._first is not None:
+            self.attempts += self._first.attempts
+            self.resumes += self._first.resumes
+            self._first = None
+
+    async def _first_stream(self, state: ResumeState) -> None:
+        switch = _Switch(self.sink)
+        plane = self.request.plane
+        timed = _TimedPlane(plane.calls, plane.host)
+        clock = plane.calls.clock
+
+        def on_stream(now: ResumeState) -> int | None:
+            if self._stop is not None:
+                return self._stop  # a resumed first answer still stops at its piece's end
+            total = now.total
+            if (
+                now.position == 0
+                and now.ranges_supported
+                and total is not None
+                and total >= self.parallel.threshold
+                # A short path: one stream is as fast, slices would only cost CPU.
+                and clock() - timed.sent[0] >= self.parallel.min_latency
+            ):
+                pieces = self._plan([(0, total)], self.parallel.parts)
+                if len(pieces) > 1:
+                    self._stop = pieces[0][1]
+                    self._queue.extend(pieces[1:])
+                    self._begin_split(total, [], self.parallel.parts - 1, queued=True)
+                    switch.writer = self._writer(0)
+                    return self._stop
+            self.part.record(total, now.ranges_supported)
+            return None
+
+        def progress(done: int, total: int | None) -> None:
+            if self.file is None and self.progress is not None:
+                self.progress(done, total)
+
+        request = attrs.evolve(self.request, plane=timed)
+        await fetch(request, "file", switch, progress, state=state, on_stream=on_stream)
+        if self._stop is not None:  # its piece is written: this connection takes more
+            await self._worker()
+
+    def _plan(self, gaps: list[Span], parts: int) -> list[Span]:
+        min_piece = min(MIN_PIECE, -(-self.parallel.threshold // self.parallel.parts))
+        return split(gaps, parts, PIECES_PER_PART, min_piece)
+
+    def _begin_split(
+        self, total: int, done: list[Span], workers: int, queued: bool = False
+    ) -> None:
+        self.file = InPlace(
+            self.part, Ledger(self.part, total, list(done)), self._moved_on, self.parallel.parts
+        )
+        # Before any byte lands where a prefix part's size would vouch for it.
+        self.file.ledger.save()
+        if not queued:
+            self._queue.extend(self._plan(missing(done, total), self.parallel.parts))
+        self._moved = sum(end - start for start, end in done)
+        for _ in range(min(workers, len(self._queue))):
+            self._spawn(self._worker())
+        if self.checksum:
+            self._hash = hashlib.sha256()
+            self._spawn(self.file.follow_prefix(self._hash))
+
+    def _spawn(self, work: Any) -> None:
+        task = asyncio.ensure_future(work)
+        task.add_done_callback(lambda _: self._changed.set())
+        self._tasks.append(task)
+
+    async def _supervise(self) -> None:
+        """Wait until every task is done; the first failure is raised (cleanup cancels the
+        rest: `quiesce`)."""
+        while True:
+            self._changed.clear()
+            for task in self._tasks:
+                if task.done() and (task.cancelled() or task.exception() is not None):
+                    task.result()  # raises
+            if all(task.done() for task in self._tasks):
+                return
+            await self._changed.wait()
+
+    async def quiesce(self) -> asyncio.CancelledError | None:
+        """Cancel every task and wait, through any cancellation, until none runs and no
+        thread touches the file; returns the cancellation held back."""
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        held = None
+        if tasks:
+            held = await wait_through_cancels(asyncio.gather(*tasks, return_exceptions=True))
+        if self.file is not None:
+            held = await self.file.quiesce() or held
+        return held
+
+    def _writer(self, offset: int) -> Writer:
+        assert self.file is not None
+        return Writer(self.file, offset, lambda: _Restart("the first answer started over"))
+
+    # --- pieces --------------------------------------------------------------------------
+
+    async def _worker(self) -> None:
+        while self._queue:
+            start, end = self._queue.popleft()
+            await self._piece(start, end)
+
+    async def _piece(self, start: int, end: int) -> None:
+        request, file = self.request, self.file
+        assert file is not None
+        at = start
+
+        async def attempt(timeout: Timeout) -> TryAgain | None:
+            nonlocal at
+            self.attempts += 1
+            self.resumes += at > start or start in self._continued
+            async with request.plane.open(
+                "GET",
+                FILES_PATH,
+                operation=OPERATION,
+                timeout=timeout,
+                params=request.params,
+                headers={RANGE: f"bytes={at}-{end - 1}"},
+            ) as response:
+                decision, stop = judge_slice(
+                    ResponseInfo(
+                        response.status,
+                        response.content_length,
+                        response.headers.get(CONTENT_RANGE),
+                        response.headers.get(ACCEPT_RANGES),
+                        response.coding,
+                    ),
+                    at,
+                    end,
+                    file.ledger.total,
+                )
+                if decision.action is Action.RETRY:
+                    raise _Restart(decision.reason)
+                if decision.action is Action.FAIL:
+                    raise ResponseDecodeError(
+                        f"{OPERATION}: {decision.reason}", status=response.status
+                    )
+                if decision.action is Action.ERROR:
+                    raise await response.error()
+                writer = self._writer(at)
+                try:
+                    async with contextlib.aclosing(
+                        response.iter_chunks(request.chunk_size)
+                    ) as body:
+                        async for chunk in body:
+                            keep = min(len(chunk), stop - at)
+                            await writer.write(chunk if keep == len(chunk) else chunk[:keep])
+                            at += keep
+                            if at >= stop:
+                                break
+                except SandboxKitError:
+                    await writer.flush()  # what came before the cut is good: resume after it
+                    raise
+                await writer.flush()
+            if at < end:
+                return TryAgain(f"the slice {start}-{end - 1} ended at byte {at}")
+            return None
+
+        await request.plane.run(
+            OPERATION,
+            attempt,
+            idempotent=True,
+            options=request.options,
+            progress=lambda: at,  # a try that moved the slice on is not a failed attempt
+            transfer=lambda: (at - start, 0),
+        )
+        file.ledger.save()
+
+
+async def download_to_file(
+    request: Request,
+    dest: Path,
+    *,
+    checksum: bool,
+    progress: Progress | None,
+    resume: bool,
+    parallel: ParallelDownloads,
+) -> DownloadResult:
+    """`_download.download_to_file`, split into parallel slices where it pays (see above).
+
+    The same promises: `dest` appears whole or not at all; failure or cancellation removes
+    the part, except a failure a later try may not meet on a data center that resumes
+    (`is_transient`), which keeps it and its sidecar for the next download to continue.
+    """
+    clock = request.plane.calls.clock
+    started = clock()
+    part = open_part(dest, _part_of(request), resume=resume, sliced=True)
+    sink = _FileSink(part.handle, checksum)
+    run = _Run(request, part, sink, parallel, checksum, progress)
+    total_time = (request.options.timeout or request.plane.calls.timeout).total
+    try:
+        try:
+            with anyio.fail_after(total_time):
+                size, sha256 = await run.run()
+        except TimeoutError as exc:
+            raise APITimeoutError(
+                f"{OPERATION}: no success within the call's total timeout of {total_time}s",
+                operation=OPERATION,
+            ) from exc
+        await sink.commit(part.path, dest)
+        part.discard()
+    except BaseException as exc:
+        held = await run.quiesce()
+        if run.file is not None and part.resumable:
+            with contextlib.suppress(OSError):
+                run.file.ledger.save()  # every range written, for the next download to continue
+        held = await sink.quiesce() or held
+        part.handle.close()
+        if not (resume and part.resumable and is_transient(exc)):
+            part.discard()
+        raise_held(held, exc)
+        raise
+    return DownloadResult(
+        path=dest,
+        size=size,
+        sha256=sha256,
+        attempts=run.attempts,
+        resumes=run.resumes,
+        elapsed=clock() - started,
+    )
