@@ -7,6 +7,10 @@ Each run builds a fresh client (and closes it, inside the measurement) so its pe
 sockets starts from nothing. The raw aiohttp contender shares one session across all hosts
 with a 256-connection limit: the pattern sandboxkit replaces with per-host pools, whose
 token never leaves its host. Its idle keep-alive sockets are not bounded by that limit.
+sandboxkit runs with its default limits (a budget of sockets roomy enough for every host's
+keep-alives here) and with a budget of half as many sockets as hosts, which forces idle
+hosts out: each eviction costs a new session and connection when that host comes back.
+The server counts the connections it accepts (the connects each contender paid for).
 """
 
 from __future__ import annotations
@@ -39,10 +43,8 @@ async def run(downloads: int, hosts: int, concurrency: int, rounds: int, work: P
     # The same host sequence for every run: random, so pools are reused and evicted.
     order = random.Random(7).choices(range(hosts), k=downloads)
     keys = [f"sbx-{index:04d}" for index in range(hosts)]
-    # Room for every host (pools are only ever reused, as raw aiohttp's are), then the
-    # default bound, which forces evictions: each costs a session and a new connection.
-    default = sandboxkit.Limits().max_sandbox_hosts
-    bounds = [hosts, default if default < hosts else max(1, hosts // 4)]
+    # The default budget, then one that forces evictions.
+    bounds = [sandboxkit.Limits().max_sandbox_connections, max(PER_HOST, hosts // 2)]
     async with ServerProcess("minimal", {"data_dir": str(data)}) as server:
         info = server.info
         tokens = [token_for(info["secret"], key) for key in keys]
@@ -68,10 +70,17 @@ async def run(downloads: int, hosts: int, concurrency: int, rounds: int, work: P
                     group.create_task(worker())
             return errors
 
-        def sdk(max_hosts: int) -> Callable[[], Awaitable[dict[str, float]]]:
+        async def connections() -> dict[str, float]:
+            counts = await server.command("connections")
+            return {"connects": counts["accepted"], "server_peak": counts["peak"]}
+
+        async def reset(_: Contender) -> None:
+            await server.command("connections")
+
+        def sdk(budget: int) -> Callable[[], Awaitable[dict[str, float]]]:
             async def run_sdk() -> dict[str, float]:
                 limits = sandboxkit.Limits(
-                    max_sandbox_hosts=max_hosts, per_host_connections=PER_HOST
+                    max_sandbox_connections=budget, per_host_connections=PER_HOST
                 )
                 async with sandboxkit.Client(
                     api_key=info["api_key"],
@@ -89,7 +98,14 @@ async def run(downloads: int, hosts: int, concurrency: int, rounds: int, work: P
                         return await handles[host].files.read_bytes(SMALL)
 
                     errors = await fan_out(fetch)
-                return {"errors": errors, "bound": max_hosts * PER_HOST}
+                    pools = client._transport.hosts
+                    evicted = pools.evicted
+                return {
+                    "errors": errors,
+                    "bound": budget,
+                    "evictions": evicted,
+                    **await connections(),
+                }
 
             return run_sdk
 
@@ -109,13 +125,19 @@ async def run(downloads: int, hosts: int, concurrency: int, rounds: int, work: P
                         return await response.read()
 
                 errors = await fan_out(fetch)
-            return {"errors": errors, "bound": float("nan")}
+            return {
+                "errors": errors,
+                "bound": float("nan"),
+                "evictions": float("nan"),
+                **await connections(),
+            }
 
         contenders = [
-            Contender(f"sandboxkit max_sandbox_hosts={bound}", sdk(bound)) for bound in bounds
+            Contender(f"sandboxkit max_sandbox_connections={bound}", sdk(bound)) for bound in bounds
         ]
+        contenders[0].name += " (default)"
         contenders.append(Contender("raw aiohttp, one session (limit=256)", raw))
-        samples = await paired_rounds(contenders, rounds, sockets=True)
+        samples = await paired_rounds(contenders, rounds, sockets=True, between=reset)
     reference = samples[contenders[-1].name]
     rows = []
     targets = []
@@ -131,7 +153,10 @@ async def run(downloads: int, hosts: int, concurrency: int, rounds: int, work: P
                 "per_s": median([downloads / s.wall for s in runs]),
                 "us_cpu": median([s.cpu / downloads * 1e6 for s in runs]),
                 "peak_sockets": peak,
+                "server_peak": max(s.extra["server_peak"] for s in runs),
                 "bound": bound,
+                "connects": median([s.extra["connects"] for s in runs]),
+                "evictions": median([s.extra["evictions"] for s in runs]),
                 "errors": errors,
                 "rss_growth_mib": max(s.rss_growth for s in runs) / MiB,
             }
@@ -139,6 +164,8 @@ async def run(downloads: int, hosts: int, concurrency: int, rounds: int, work: P
         if name.startswith("sandboxkit"):
             targets.append(target(f"{name}: peak sockets minus bound", peak - bound, "<= 0"))
             targets.append(target(f"{name}: errors", errors, "== 0"))
+    default_row = rows[0]
+    targets.append(target(f"{default_row['contender']}: x wall", default_row["x_wall"], "<= 1.2"))
     return CaseResult(
         name="hosts",
         title=f"4. many hosts: {downloads} downloads of {SMALL_SIZE // 1024} KiB over "
@@ -150,7 +177,10 @@ async def run(downloads: int, hosts: int, concurrency: int, rounds: int, work: P
             Column("per_s", "downloads/s", "{:.0f}"),
             Column("us_cpu", "CPU us/dl", "{:.0f}"),
             Column("peak_sockets", "peak sockets", "{:.0f}"),
+            Column("server_peak", "server peak", "{:.0f}"),
             Column("bound", "socket bound", "{:.0f}"),
+            Column("connects", "connects", "{:.0f}"),
+            Column("evictions", "evictions", "{:.0f}"),
             Column("errors", "errors", "{:.0f}"),
             Column("rss_growth_mib", "peak RSS +MiB", "{:.1f}"),
         ],
@@ -159,8 +189,11 @@ async def run(downloads: int, hosts: int, concurrency: int, rounds: int, work: P
         notes=[
             "peak sockets: sockets among this process's descriptors, sampled every 10 ms, "
             "minus those open before the run",
-            "socket bound: max_sandbox_hosts x per_host_connections (no control-plane "
-            "connection is opened in this case)",
+            "server peak: connections open at once as the server counts them (made, not yet "
+            "lost: it lags the client's closes a little); connects: connections the server "
+            "accepted in a run (median); evictions: idle hosts closed for the budget (median)",
+            "socket bound: max_sandbox_connections (no control-plane connection is opened "
+            "in this case)",
         ],
         config={
             "downloads": downloads,

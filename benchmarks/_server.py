@@ -9,7 +9,9 @@ Two kinds, started by `ServerProcess` (parent side) as `python _server.py KIND C
   ``{key}.sandbox.test:PORT`` is a sandbox whose token is `token_for(secret, key)`.
   ``GET /api/v2/templates/{id}/builds`` serves pages the real emulator rendered (it runs in
   the same process and fills a cache at start-up), so the bytes on the wire are the
-  emulator's while the serving cost is a dictionary lookup.
+  emulator's while the serving cost is a dictionary lookup. The ``connections`` command
+  tells how many data-plane connections were accepted, and the most open at once (counted
+  as the server's protocol sees them made and lost), since the previous one.
 * ``emulator``: the real `sandboxkit.emulator.Emulator`, used where its behaviour is the
   point (the fault plan of case 5).
 
@@ -216,6 +218,7 @@ async def _minimal(config: dict[str, Any]) -> None:
         await site.start()
         runners.append(runner)
         ports.append(int(runner.addresses[-1][1]))
+    connections = _count_connections(runners[1].server)
     try:
         templates = await _render_pages(config, pages)
         _announce(
@@ -227,10 +230,42 @@ async def _minimal(config: dict[str, Any]) -> None:
                 **templates,
             }
         )
-        await _command_loop(None)
+
+        def handle(command: dict[str, Any]) -> dict[str, Any]:
+            if command["cmd"] == "connections":  # since the last time asked
+                answer = dict(connections)
+                connections.update(accepted=0, peak=connections["open"])
+                return answer
+            return {"error": f"unknown command {command['cmd']!r}"}
+
+        await _command_loop(handle)
     finally:
         for runner in runners:
             await runner.cleanup()
+
+
+def _count_connections(server: Any) -> dict[str, int]:
+    """Count the connections `server` (an aiohttp.web Server) accepts and has open.
+
+    Its own table keeps a connection until the handler's task ends; these counts follow
+    the protocol's `connection_made` and `connection_lost`, when the socket comes and goes.
+    """
+    counts = {"accepted": 0, "open": 0, "peak": 0}
+    made, lost = server.connection_made, server.connection_lost
+
+    def on_made(handler: Any, transport: Any) -> None:
+        counts["accepted"] += 1
+        counts["open"] += 1
+        counts["peak"] = max(counts["peak"], counts["open"])
+        made(handler, transport)
+
+    def on_lost(handler: Any, exc: BaseException | None = None) -> None:
+        counts["open"] -= 1
+        lost(handler, exc)
+
+    server.connection_made = on_made
+    server.connection_lost = on_lost
+    return counts
 
 
 async def _render_pages(

@@ -126,23 +126,37 @@ class Timeout:
     total: float | None = attrs.field(default=None, validator=seconds(none=True))
 
 
+def _covers_one_host(instance: Limits, attribute: attrs.Attribute[Any], value: object) -> None:
+    at_least(1)(instance, attribute, value)
+    if value < instance.per_host_connections:  # type: ignore[operator]
+        raise ValidationError(
+            f"{attribute.name}={value!r}: must be >= per_host_connections "
+            f"({instance.per_host_connections})"
+        )
+
+
 @attrs.frozen
 class Limits:
     """Connection pool bounds.
 
-    Open sockets never exceed `control_plane_connections + max_sandbox_hosts *
-    per_host_connections`.
+    Open sockets never exceed `control_plane_connections + max_sandbox_connections`.
+    Idle keep-alive sockets count too, and stay open while they fit: a sandbox host used
+    again finds its connections, however many other hosts were used meanwhile.
 
     Args:
         control_plane_connections: sockets to the console (v1 and v2 share it).
-        per_host_connections: sockets to one sandbox host (its 429s lower this for itself).
-        max_sandbox_hosts: sandbox host pools kept at once (least recently used closed first).
-        host_idle_seconds: a sandbox host pool unused this long is closed.
+        per_host_connections: sockets to one sandbox host, and its requests at once (its
+            429s lower the latter for itself).
+        max_sandbox_connections: sockets to all sandbox hosts together, busy or idle. When
+            a request needs one more and none is left, the least recently used idle host's
+            sockets are closed (a host with a request in flight keeps its own); with every
+            socket busy, the request waits for one. At least `per_host_connections`.
+        host_idle_seconds: a sandbox host unused this long has its sockets closed.
     """
 
     control_plane_connections: int = attrs.field(default=100, validator=at_least(1))
     per_host_connections: int = attrs.field(default=8, validator=at_least(1))
-    max_sandbox_hosts: int = attrs.field(default=256, validator=at_least(1))
+    max_sandbox_connections: int = attrs.field(default=2048, validator=_covers_one_host)
     host_idle_seconds: float = attrs.field(default=60.0, validator=seconds())
 
 

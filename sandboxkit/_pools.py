@@ -1,9 +1,15 @@
-"""Sandbox host pools: one session per (host, token), bounded in number, closed when idle.
+"""Sandbox host pools: one session per (host, token), bounded by sockets, closed when idle.
 
-`HostPools` is an LRU bounded by `Limits.max_sandbox_hosts`; a pool is closed after
-`host_idle_seconds` unused, or when the bound needs its place, and never under a request in
-flight. Each pool carries its host's AIMD window (`_retry.ConcurrencyWindow`): a 429 from
-that host halves it, successes grow it back, so one throttled sandbox slows only itself.
+The bound is `Limits.max_sandbox_connections`, in sockets. Each pool is charged the sockets
+it may hold: one for each request it ever ran at once (its connector opens a connection only
+when none of its own is idle, so its open sockets never exceed its peak of requests at once,
+and never `per_host_connections`). Pools stay, idle keep-alives and all, while their charges
+fit the budget; a request that would take its pool past its charge when the budget is spent
+closes the least recently used idle pool (all its sockets), or waits for one: a pool with a
+request in flight is never closed. A pool unused for `host_idle_seconds` is closed by a timer.
+
+Each pool carries its host's AIMD window (`_retry.ConcurrencyWindow`): a 429 from that host
+halves it, successes grow it back, so one throttled sandbox slows only itself.
 
 The session type is a parameter: the transport uses aiohttp's, tests use fakes; nothing here
 imports aiohttp (httpcore's small layered pool).
@@ -15,8 +21,8 @@ import asyncio
 import contextlib
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Generic, Protocol, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any, Generic, Protocol, TypeVar
 
 import anyio
 import attrs
@@ -28,17 +34,18 @@ __all__ = ["HostKey", "HostPool", "HostPools", "Session"]
 
 
 class Session(Protocol):
-    """What a pool needs of its session: to be closed."""
+    """What a pool needs of its session: to be closed (all its sockets with it)."""
 
     async def close(self) -> None: ...
 
 
 S = TypeVar("S", bound=Session)
+Waiter = tuple["asyncio.Future[bool]", "HostPool[Any]"]
 
 
 @attrs.frozen
 class HostKey:
-    """One sandbox host as a pool knows it: its origin and the token its session carries.
+    """One sandbox host as a pool knows it: its origin and the token its requests carry.
 
     A pool per (origin, token): a handle with another token never shares a session. The
     token never shows in a repr, so no frame or log that holds a key shows it either.
@@ -50,13 +57,22 @@ class HostKey:
 
 @attrs.define(eq=False)
 class HostPool(Generic[S]):
-    """One sandbox host's session, its AIMD concurrency window, and how busy it is."""
+    """One sandbox host's session, its AIMD concurrency window, and how busy it is.
+
+    `in_flight` counts leases begun (waiting ones too), `active` those holding a slot of
+    the window, and `sockets` the sockets charged to this pool: its session never has more
+    open (`HostPools` keeps their sum within the budget).
+    """
 
     key: HostKey
     session: S
     window: ConcurrencyWindow
     limiter: anyio.CapacityLimiter
     in_flight: int = 0
+    active: int = 0
+    sockets: int = 0
+    # Leases waiting for room for one more socket, oldest first (`HostPools` wakes them).
+    waiters: dict[asyncio.Future[bool], None] = attrs.field(factory=dict)
     last_used: float = 0.0
     closing: bool = False
 
@@ -64,6 +80,11 @@ class HostPool(Generic[S]):
     def origin(self) -> str:
         """`scheme://host[:port]` of the sandbox."""
         return self.key.origin
+
+    @property
+    def waiting(self) -> int:
+        """Requests of this host waiting for room for one more socket."""
+        return len(self.waiters)
 
     def observe(self, status: int) -> None:
         """Feed an answer's status to the window: a 429 halves it, a success grows it."""
@@ -84,7 +105,11 @@ class HostPool(Generic[S]):
 
 
 class HostPools(Generic[S]):
-    """An LRU of sandbox host pools, bounded, closed when idle, never under a request."""
+    """Sandbox host pools in LRU order, their sockets within one budget, closed when idle.
+
+    `opened` and `evicted` count pools made and idle pools closed to make room (the
+    benchmarks and tests read them).
+    """
 
     def __init__(
         self,
@@ -102,8 +127,14 @@ class HostPools(Generic[S]):
         # timed out); it ends when the last pool is closed and starts again with the next.
         self._timer: asyncio.Task[None] | None = None
         self._pools: OrderedDict[HostKey, HostPool[S]] = OrderedDict()
-        self._released = asyncio.Condition()
-        self._waiting = 0
+        self._charged = 0  # sockets charged to every pool not yet closed (closing ones too)
+        # Requests that found the budget spent, oldest first. Each is handed a socket (one
+        # of its own pool's, or a freed one) or told of one idle pool, rather than all woken
+        # at once: waking hundreds of waiters per release cost more than the evictions.
+        self._waiters: dict[asyncio.Future[bool], HostPool[S]] = {}
+        self._spare = 0  # sockets being freed that no request closing a pool keeps
+        self.opened = 0
+        self.evicted = 0
 
     def __len__(self) -> int:
         return len(self._pools)
@@ -111,65 +142,173 @@ class HostPools(Generic[S]):
     def __contains__(self, key: object) -> bool:
         return key in self._pools
 
+    @property
+    def sockets(self) -> int:
+        """Sockets charged to open pools: an upper bound on their open sockets."""
+        return self._charged
+
     def get(self, key: HostKey) -> HostPool[S] | None:
         """The live pool for this host and token, without touching the LRU order."""
         return self._pools.get(key)
 
     @contextlib.asynccontextmanager
     async def lease(self, key: HostKey) -> AsyncIterator[HostPool[S]]:
-        """Hold one of the host's request slots for the duration of one request."""
-        pool = await self._checkout(key)
+        """Hold one of the host's request slots, and room for its socket, for one request."""
+        pool = self._checkout(key)
         borrower = object()
         try:
-            await pool.limiter.acquire_on_behalf_of(borrower)
+            try:
+                # A free slot is taken without a yield: anyio's `acquire` always passes
+                # through the loop once, a pass per request for nothing.
+                pool.limiter.acquire_on_behalf_of_nowait(borrower)
+            except anyio.WouldBlock:
+                await pool.limiter.acquire_on_behalf_of(borrower)
+            try:
+                if pool.active < pool.sockets and not pool.waiters:
+                    pool.active += 1  # one of its sockets is free (or it has none open yet)
+                else:
+                    await self._take_socket(pool)
+            except BaseException:
+                pool.limiter.release_on_behalf_of(borrower)
+                raise
         except BaseException:
             await self._checkin(pool)
             raise
         try:
             yield pool
         finally:
+            self._release_socket(pool)
             pool.limiter.release_on_behalf_of(borrower)
             await self._checkin(pool)
 
-    async def _checkout(self, key: HostKey) -> HostPool[S]:
-        while True:
-            pool = self._pools.get(key)
-            if pool is not None and not pool.closing:
-                self._pools.move_to_end(key)
-                break
-            if len(self._pools) < self._limits.max_sandbox_hosts:
-                # No await between this check and the insert: the bound cannot be overrun.
-                pool = self._open(key)
-                break
-            victim = self._pop_least_recent_idle()
-            if victim is not None:
-                await victim.session.close()
-                continue  # others may have taken the freed place meanwhile: check again
-            # Every pool is busy: wait for a request to finish rather than exceed the bound.
-            self._waiting += 1
-            try:
-                async with self._released:
-                    await self._released.wait()
-            finally:
-                self._waiting -= 1
+    def _checkout(self, key: HostKey) -> HostPool[S]:
+        pool = self._pools.get(key)
+        if pool is None:
+            pool = self._open(key)
+        else:
+            self._pools.move_to_end(key)
         pool.in_flight += 1
         pool.last_used = self._clock()
         return pool
 
+    async def _take_socket(self, pool: HostPool[S]) -> None:
+        """Count one more request of `pool` in `active`, charging it a socket if needed:
+        from the budget, else by closing the least recently used idle pool, else by
+        waiting for a socket to be handed over."""
+        budget = self._limits.max_sandbox_connections
+        woken = False
+        while True:
+            if pool.active < pool.sockets:
+                pool.active += 1
+                return
+            if self._charged < budget:
+                pool.sockets += 1
+                self._charged += 1
+                pool.active += 1
+                return
+            # Sockets being freed that no waiter counts on yet will be handed to waiters
+            # in turn: a newcomer waits for one rather than close one more idle pool.
+            if woken or self._spare <= len(self._waiters):
+                victim = self._pop_least_recent_idle()
+                if victim is not None:
+                    if victim.sockets:
+                        self.evicted += 1
+                    if await self._close(victim, keep=pool):
+                        return
+                    continue  # it held no socket, or others took them: look again
+            if await self._wait(pool):
+                return  # a socket was handed over: counted in `active` for this request
+            woken = True  # a pool went idle: go and close it (no more waiting for others)
+
+    async def _wait(self, pool: HostPool[S]) -> bool:
+        """Wait to be handed a socket (True) or told that a pool went idle (False)."""
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters[waiter] = pool
+        pool.waiters[waiter] = None
+        try:
+            granted: bool = await waiter
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():  # served, then cancelled: pass it on
+                if waiter.result():
+                    self._release_socket(pool)
+                else:
+                    self._wake_one()
+            raise
+        finally:
+            self._waiters.pop(waiter, None)
+            pool.waiters.pop(waiter, None)
+        return granted
+
+    def _next_waiter(self, waiters: Mapping[asyncio.Future[bool], object]) -> Waiter | None:
+        """Take the oldest of `waiters` (one pool's, or everyone's) out of the queues."""
+        while waiters:
+            waiter = next(iter(waiters))
+            pool = self._waiters.pop(waiter)
+            pool.waiters.pop(waiter, None)
+            if not waiter.done():  # a cancelled one is on its way out
+                return waiter, pool
+        return None
+
+    def _release_socket(self, pool: HostPool[S]) -> None:
+        """A request of `pool` is done with its socket: the pool's oldest waiter takes it."""
+        served = self._next_waiter(pool.waiters)
+        if served is None:
+            pool.active -= 1
+        else:
+            served[0].set_result(True)  # still counted in `active`, for the waiter now
+
+    def _wake_one(self) -> None:
+        """Tell the oldest waiter that a pool went idle: it may close it for its socket."""
+        served = self._next_waiter(self._waiters)
+        if served is not None:
+            served[0].set_result(False)
+
+    def _grant(self) -> None:
+        """Hand the budget's free sockets to the oldest waiters."""
+        budget = self._limits.max_sandbox_connections
+        while self._charged < budget and self._waiters:
+            served = self._next_waiter(self._waiters)
+            if served is None:
+                return
+            waiter, pool = served
+            if pool.active >= pool.sockets:
+                pool.sockets += 1
+                self._charged += 1
+            pool.active += 1
+            waiter.set_result(True)
+
     async def _checkin(self, pool: HostPool[S]) -> None:
         pool.in_flight -= 1
         pool.last_used = self._clock()
-        if pool.closing and pool.in_flight == 0:
-            await pool.session.close()
-        # Only a pool with nothing in flight can make room for a waiting host, and only
-        # waiters need waking: skipping the rest keeps 2000 concurrent requests cheap.
         if pool.in_flight == 0:
-            await self._wake_waiters()
+            if pool.closing:
+                await self._close(pool)
+            elif self._waiters:  # an idle pool can be closed for another host's socket
+                self._wake_one()
 
-    async def _wake_waiters(self) -> None:
-        if self._waiting:
-            async with self._released:
-                self._released.notify_all()
+    async def _close(self, pool: HostPool[S], keep: HostPool[S] | None = None) -> bool:
+        """Close a pool taken out of the LRU; its sockets are free once its session is shut.
+
+        With `keep`, one of them is charged to that pool (for the request that closed this
+        one; True if it was); the rest go to waiters.
+        """
+        pool.closing = True
+        freed, pool.sockets = pool.sockets, 0
+        kept = 1 if keep is not None and freed else 0
+        self._spare += freed - kept
+        closed = False
+        try:
+            await pool.session.close()
+            closed = True
+        finally:
+            self._spare -= freed - kept
+            self._charged -= freed
+            if closed and keep is not None and kept:
+                keep.sockets += 1
+                keep.active += 1
+                self._charged += 1
+            self._grant()
+        return closed and bool(kept)
 
     def _open(self, key: HostKey) -> HostPool[S]:
         per_host = self._limits.per_host_connections
@@ -181,6 +320,7 @@ class HostPools(Generic[S]):
             last_used=self._clock(),
         )
         self._pools[key] = pool
+        self.opened += 1
         if self._timer is None or self._timer.done():
             self._timer = asyncio.get_running_loop().create_task(self._close_idle_in_time())
         return pool
@@ -210,7 +350,7 @@ class HostPools(Generic[S]):
             # Between our awaits another task may have used or replaced this pool: re-check.
             if self._pools.get(pool.key) is pool and pool.in_flight == 0:
                 del self._pools[pool.key]
-                await pool.session.close()
+                await self._close(pool)
                 closed += 1
         return closed
 
@@ -221,8 +361,7 @@ class HostPools(Generic[S]):
             return
         pool.closing = True
         if pool.in_flight == 0:
-            await pool.session.close()
-        await self._wake_waiters()  # its place in the LRU is free now
+            await self._close(pool)
 
     async def aclose(self) -> None:
         """Close every pool."""
@@ -233,5 +372,4 @@ class HostPools(Generic[S]):
         pools = list(self._pools.values())
         self._pools.clear()
         for pool in pools:
-            pool.closing = True
-            await pool.session.close()
+            await self._close(pool)

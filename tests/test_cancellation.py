@@ -26,6 +26,7 @@ from aiohttp import web
 
 import sandboxkit
 from sandboxkit.emulator import Emulator, EmulatorResolver, Fault
+from sandboxkit.resources._upload import READ_SIZE
 
 from .conftest import ScriptServer, json_answer
 from .reliability_support import (
@@ -92,8 +93,11 @@ async def test_a_transfer_cancelled_at_a_seeded_point(
         )
     dest = tmp_path / "dest.bin"
     dest.write_bytes(b"old")
-    # Uploads report progress per 1 MiB read from the source; downloads per received chunk.
-    stop_after = rng.randint(1, 2) if kind == "upload" else rng.randint(1, len(DATA) // CHUNK - 1)
+    # Uploads report progress per piece of the source (READ_SIZE); downloads per chunk.
+    pieces = -(-len(DATA) // READ_SIZE)
+    stop_after = (
+        rng.randint(1, pieces) if kind == "upload" else rng.randint(1, len(DATA) // CHUNK - 1)
+    )
     calls = 0
     with anyio.fail_after(LIMIT):
         with anyio.CancelScope() as scope:

@@ -37,14 +37,29 @@ def client_sockets(port: int) -> int:
     return count
 
 
+def server_connections(port: int) -> set[int]:
+    """Client ports of the connections the server on `port` has open (ESTABLISHED on its
+    side: a socket the client closed is CLOSE_WAIT there at once, whatever the server's
+    loop has handled yet). Counted at the server, so no client socket can hide."""
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as lines:
+            next(lines)
+            for line in lines:
+                fields = line.split()
+                local, remote, state = fields[1], fields[2], fields[3]
+                if state == "01" and int(local.rsplit(":", 1)[1], 16) == port:
+                    ports.add(int(remote.rsplit(":", 1)[1], 16))
+    return ports
+
+
 @pytest.mark.skipif(not os.path.exists("/proc/net/tcp"), reason="needs Linux /proc")
 async def test_many_sandboxes_stay_within_the_socket_bound(
     emulator: Emulator, tmp_path: Path
 ) -> None:
-    """2000 concurrent downloads over 200 sandboxes with 64 host pools all succeed, client
-    sockets never exceed 64 x per_host, and idle pools close."""
-    limits = sandboxkit.Limits(max_sandbox_hosts=64, per_host_connections=2)
-    bound = limits.max_sandbox_hosts * limits.per_host_connections
+    """2000 concurrent downloads over 200 sandboxes with a budget of 32 sockets all succeed,
+    the server never sees more than 32 connections open, and idle pools close."""
+    limits = sandboxkit.Limits(max_sandbox_connections=32, per_host_connections=2)
     port = int(emulator.domain.rsplit(":", 1)[1])
     async with emulator.client(limits=limits, retry=sandboxkit.RetryPolicy.no_delay()) as client:
         boxes = [await new_box(emulator, client) for _ in range(200)]
@@ -57,8 +72,8 @@ async def test_many_sandboxes_stay_within_the_socket_bound(
         def sample(done: int, total: int | None) -> None:
             nonlocal calls
             calls += 1
-            if calls % 20 == 0:
-                samples.append((client_sockets(port), len(hosts)))
+            if calls % 10 == 0:
+                samples.append((len(server_connections(port)), hosts.sockets))
 
         async def one(n: int) -> None:
             sbx = boxes[n % len(boxes)]
@@ -71,21 +86,58 @@ async def test_many_sandboxes_stay_within_the_socket_bound(
             for n in range(2000):
                 tg.start_soon(one, n)
         assert len(dir_listing(tmp_path)) == 2000
-        assert len(samples) >= 50
-        assert max(s for s, _ in samples) <= bound
+        assert len(samples) >= 100
+        assert max(s for s, _ in samples) <= limits.max_sandbox_connections
         assert max(s for s, _ in samples) > limits.per_host_connections  # really concurrent
-        assert max(p for _, p in samples) <= limits.max_sandbox_hosts
+        assert max(c for _, c in samples) <= limits.max_sandbox_connections
+        assert hosts.evicted > 0  # the budget, not the host count, was what bound them
         assert len(emulator.journal_for("files.download")) == 2000
-        assert 0 < len(hosts) <= limits.max_sandbox_hosts
         # Idle pools close: move the pools' clock past host_idle_seconds.
         open_pools = [hosts.get(sbx.handle._host) for sbx in boxes]
         live = [pool for pool in open_pools if pool is not None]
+        assert live
         hosts._clock = lambda: time.monotonic() + limits.host_idle_seconds + 1
         assert await hosts.close_idle() == len(live)
-        assert len(hosts) == 0 and all(pool.session.closed for pool in live)
+        assert len(hosts) == 0 and hosts.sockets == 0
+        assert all(pool.session.closed for pool in live)
         for _ in range(10):  # transports finish closing on the next loop iterations
             await asyncio.sleep(0)
         assert client_sockets(port) == 0
+        assert not server_connections(port)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/net/tcp"), reason="needs Linux /proc")
+async def test_idle_hosts_keep_their_sockets_while_the_budget_holds_them(
+    emulator: Emulator,
+) -> None:
+    """40 hosts used one at a time fit a budget of 40 sockets: used again, each finds its
+    own connection (the server sees no new one); a 41st host closes the least recently
+    used host's socket only, and the rest stay."""
+    limits = sandboxkit.Limits(max_sandbox_connections=40, per_host_connections=2)
+    port = int(emulator.domain.rsplit(":", 1)[1])
+    async with emulator.client(limits=limits, retry=sandboxkit.RetryPolicy.no_delay()) as client:
+        boxes = [await new_box(emulator, client) for _ in range(41)]
+        for sbx in boxes:
+            sbx.put("/home/user/f.bin", payload(1000))
+        hosts = client._transport.hosts
+
+        async def read_each(order: list[Box]) -> None:
+            for sbx in order:
+                assert len(await sbx.files.read_bytes("/home/user/f.bin")) == 1000
+
+        await read_each(boxes[:40])
+        first = server_connections(port)
+        assert len(first) == 40 and hosts.sockets == 40
+        await read_each(boxes[39::-1])  # again, most recent first: boxes[39] is now the LRU
+        assert server_connections(port) == first
+        assert (hosts.opened, hosts.evicted) == (40, 0)
+        await read_each(boxes[40:])
+        after = server_connections(port)
+        assert (hosts.opened, hosts.evicted, hosts.sockets) == (41, 1, 40)
+        assert hosts.get(boxes[39].handle._host) is None
+        assert len(after) == 40 and len(after - first) == 1 and len(first - after) == 1
+        await read_each(boxes[:39])  # the other 39 still have their sockets
+        assert server_connections(port) == after
 
 
 async def _open_stream(sbx: Box) -> sandboxkit.resources._common.AsyncStream[bytes]:

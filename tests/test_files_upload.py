@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import anyio
 import pytest
 from aiohttp import web
 
 import sandboxkit
 from sandboxkit.emulator import Emulator, EmulatorResolver, Fault
+from sandboxkit.resources._upload import READ_SIZE, _read_file
 
 from .conftest import Handler, ScriptServer, json_answer
 from .files_support import NO_RESUME, UPLOAD_LIMIT, Box, new_box, payload
 
 KiB = 1024
-MiB = 1024 * KiB
 TOKEN = "sbx-token-SECRET"
 
 
@@ -144,12 +147,12 @@ async def test_source_that_shrinks_is_refused(box: Box) -> None:
 
 
 async def test_upload_progress_counts_to_the_size(box: Box) -> None:
-    """progress goes up to (size, size) for a sized source."""
+    """progress goes up to (size, size) for a sized source, once per piece."""
     seen: list[tuple[int, int | None]] = []
-    data = payload(3 * MiB + 1)
+    data = payload(2 * READ_SIZE + 1)
     await box.files.upload("/home/user/p.bin", data, progress=lambda d, t: seen.append((d, t)))
     assert seen[-1] == (len(data), len(data))
-    assert len(seen) == 4
+    assert len(seen) == 3
 
 
 async def test_upload_missing_parent_is_not_found(emulator: Emulator, box: Box) -> None:
@@ -264,3 +267,51 @@ async def test_unexpected_success_body_is_a_decode_error(
     server.on("POST", "/files", wrong)
     with pytest.raises(sandboxkit.ResponseDecodeError):
         await sbx.files.upload("/f.bin", b"x")
+
+
+class GatedFile(io.BytesIO):
+    """A file whose reads after the first wait for a gate (in the reading thread), and
+    which records whether it was closed while a read was still running."""
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__(data)
+        self.gate = threading.Event()
+        self.waiting = threading.Event()  # a read is waiting at the gate
+        self.reads = 0
+        self.reading = 0
+        self.closed_under_a_read = False
+
+    def read(self, size: int | None = -1) -> bytes:
+        self.reads += 1
+        self.reading += 1
+        try:
+            if self.reads > 1:
+                self.waiting.set()
+                self.gate.wait(10)
+            return super().read(size)
+        finally:
+            self.reading -= 1
+
+    def close(self) -> None:
+        self.closed_under_a_read |= self.reading > 0
+        super().close()
+
+
+async def test_file_pieces_are_read_ahead_and_never_closed_under_a_read() -> None:
+    """The next piece is being read (in a thread) while the current one is sent; a body
+    closed then waits for that read before its source is closed."""
+    handle = GatedFile(payload(3 * READ_SIZE))
+    pieces = _read_file(handle)
+    first = await pieces.__anext__()
+    assert len(first) == READ_SIZE
+    # The second read starts before anyone asks for the second piece.
+    assert await anyio.to_thread.run_sync(handle.waiting.wait, 5)
+    assert handle.reads == 2
+    closing = asyncio.ensure_future(pieces.aclose())
+    await anyio.wait_all_tasks_blocked()
+    assert not closing.done()  # the read in flight is waited for
+    handle.gate.set()
+    with anyio.fail_after(5):
+        await closing
+    handle.close()
+    assert not handle.closed_under_a_read and handle.reads == 2

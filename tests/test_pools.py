@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import random
 
 import anyio
 import pytest
@@ -36,7 +37,7 @@ class Clock:
 
 
 def make_pools(
-    max_hosts: int = 2, idle: float = 60.0
+    sockets: int = 2, idle: float = 60.0, per_host: int = 2
 ) -> tuple[HostPools, list[FakeSession], Clock]:
     made: list[FakeSession] = []
     clock = Clock()
@@ -46,7 +47,11 @@ def make_pools(
         return made[-1]
 
     pools = HostPools(
-        Limits(max_sandbox_hosts=max_hosts, per_host_connections=2, host_idle_seconds=idle),
+        Limits(
+            max_sandbox_connections=sockets,
+            per_host_connections=per_host,
+            host_idle_seconds=idle,
+        ),
         factory,  # type: ignore[arg-type]
         clock,
     )
@@ -66,8 +71,8 @@ async def test_one_session_per_host_reused() -> None:
 
 
 async def test_lru_evicts_least_recently_used_idle_pool() -> None:
-    """A third host closes the least recently used idle pool, keeping the bound."""
-    pools, made, _ = make_pools(max_hosts=2)
+    """With both sockets charged, a third host closes the least recently used idle pool."""
+    pools, made, _ = make_pools(sockets=2)
     for origin in ("http://a", "http://b", "http://a", "http://c"):
         async with pools.lease(HostKey(origin, "t")):
             pass
@@ -80,8 +85,9 @@ async def test_lru_evicts_least_recently_used_idle_pool() -> None:
 
 
 async def test_busy_pools_are_never_closed_new_host_waits() -> None:
-    """With every pool busy, a new host waits for a release instead of closing one in flight."""
-    pools, made, _ = make_pools(max_hosts=1)
+    """With every socket busy, a new host waits for a release instead of closing a pool in
+    flight."""
+    pools, made, _ = make_pools(sockets=1, per_host=1)
     entered = anyio.Event()
     release = anyio.Event()
     order: list[str] = []
@@ -103,14 +109,228 @@ async def test_busy_pools_are_never_closed_new_host_waits() -> None:
         tg.start_soon(use_b)
         await entered.wait()
         await anyio.wait_all_tasks_blocked()
-        assert order == [] and not made[0].closed and len(pools) == 1
+        assert order == [] and not made[0].closed and pools.sockets == 1
         release.set()
     assert order == ["a done", "b in"]
 
 
+async def test_a_pool_is_charged_its_peak_of_requests_at_once() -> None:
+    """Requests one after another share one charged socket; two at once charge two, and
+    the charge stays while the pool is idle (its keep-alives are still open)."""
+    pools, _, _ = make_pools(sockets=8, per_host=4)
+    key = HostKey("http://a", "t")
+    for _ in range(3):
+        async with pools.lease(key):
+            pass
+    assert pools.sockets == 1
+    async with pools.lease(key), pools.lease(key) as pool:
+        assert (pool.active, pool.sockets) == (2, 2)
+    async with pools.lease(key):
+        pass
+    assert (pool.active, pool.sockets, pools.sockets) == (0, 2, 2)
+
+
+async def test_idle_pools_stay_while_their_sockets_fit() -> None:
+    """Eight idle hosts fit eight sockets, whatever their number; the ninth closes only the
+    least recently used one, and its charge goes to the newcomer."""
+    pools, made, _ = make_pools(sockets=8)
+    for origin in [f"http://h{n}" for n in range(8)] + ["http://h0"]:
+        async with pools.lease(HostKey(origin, "t")):
+            pass
+    assert (len(pools), pools.sockets, pools.evicted) == (8, 8, 0)
+    assert not any(s.closed for s in made)
+    async with pools.lease(HostKey("http://new", "t")):
+        pass
+    assert [s.origin for s in made if s.closed] == ["http://h1"]
+    assert (len(pools), pools.sockets, pools.evicted, pools.opened) == (8, 8, 1, 9)
+
+
+async def test_a_request_waiting_for_a_socket_takes_its_own_pools_released_one() -> None:
+    """With every socket busy, a third request of host A waits; when one of A's requests
+    ends, it goes on A's freed socket: nothing is closed, B keeps its two."""
+    pools, made, _ = make_pools(sockets=4, per_host=4)
+    a, b = HostKey("http://a", "t"), HostKey("http://b", "t")
+    held = [pools.lease(k) for k in (a, a, b, b)]
+    for lease in held:
+        await lease.__aenter__()
+    third_in = anyio.Event()
+
+    async def third() -> None:
+        async with pools.lease(a):
+            third_in.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(third)
+        await anyio.wait_all_tasks_blocked()
+        assert not third_in.is_set() and pools.get(a).waiting == 1  # type: ignore[union-attr]
+        await held[0].__aexit__(None, None, None)
+        with anyio.fail_after(5):
+            await third_in.wait()
+    assert pools.sockets == 4 and pools.evicted == 0 and not any(s.closed for s in made)
+    for lease in held[1:]:
+        await lease.__aexit__(None, None, None)
+
+
+async def test_a_cancelled_wait_for_a_socket_leaves_no_charge_behind() -> None:
+    """A request cancelled while it waits for a socket leaves its pool idle and uncharged;
+    once the busy host is idle, the next host closes it and takes its socket."""
+    pools, made, _ = make_pools(sockets=1, per_host=1)
+    busy = pools.lease(HostKey("http://busy", "t"))
+    await busy.__aenter__()
+
+    async def late_request() -> None:
+        async with pools.lease(HostKey("http://late", "t")):
+            pytest.fail("the budget was exceeded")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(late_request)
+        await anyio.wait_all_tasks_blocked()
+        tg.cancel_scope.cancel()
+    late = pools.get(HostKey("http://late", "t"))
+    assert late is not None and (late.in_flight, late.sockets, late.waiting) == (0, 0, 0)
+    assert pools.sockets == 1
+    await busy.__aexit__(None, None, None)
+    async with pools.lease(HostKey("http://next", "t")):
+        assert pools.sockets == 1
+    assert [(s.origin, s.closed) for s in made] == [
+        ("http://busy", True),
+        ("http://late", False),
+        ("http://next", False),
+    ]
+
+
+async def test_sockets_freed_by_a_close_go_to_the_waiting_requests() -> None:
+    """Two requests wait for sockets while busy host A holds both; A dropped (`discard`)
+    closes once its requests end, and its two sockets go to the two waiters, in order."""
+    pools, made, _ = make_pools(sockets=2)
+    a = HostKey("http://a", "t")
+    held = [pools.lease(a) for _ in range(2)]
+    for lease in held:
+        await lease.__aenter__()
+    entered: list[str] = []
+    both_in = anyio.Event()
+
+    async def use(origin: str) -> None:
+        async with pools.lease(HostKey(origin, "t")):
+            entered.append(origin)
+            if len(entered) == 2:
+                both_in.set()
+            await anyio.sleep_forever()
+
+    async with anyio.create_task_group() as tg:
+        for origin in ("http://b", "http://c"):
+            tg.start_soon(use, origin)
+            await anyio.wait_all_tasks_blocked()
+        await pools.discard(a)
+        for lease in held:
+            await lease.__aexit__(None, None, None)
+        with anyio.fail_after(5):
+            await both_in.wait()
+        assert entered == ["http://b", "http://c"] and made[0].closed
+        assert pools.sockets == 2 and pools.evicted == 0
+        tg.cancel_scope.cancel()
+
+
+async def test_a_socket_handed_to_a_request_cancelled_at_once_goes_back() -> None:
+    """A socket handed over to a waiting request that is cancelled before it runs is given
+    back to its pool: the host's next request takes it without waiting."""
+    pools, _, _ = make_pools(sockets=4, per_host=4)
+    a = HostKey("http://a", "t")
+    held = [pools.lease(a) for _ in range(3)]
+    held_b = pools.lease(HostKey("http://b", "t"))  # the budget's fourth socket, busy
+    await held_b.__aenter__()
+    for lease in held:
+        await lease.__aenter__()
+
+    async def fourth() -> None:
+        async with pools.lease(a):
+            pytest.fail("cancelled before it could run")
+
+    waiter = asyncio.ensure_future(fourth())
+    await anyio.wait_all_tasks_blocked()
+    pool = pools.get(a)
+    assert pool is not None and pool.waiting == 1
+    await held[0].__aexit__(None, None, None)  # hands its socket to the waiter...
+    waiter.cancel()  # ...which is cancelled before it runs (asyncio: no second chance)
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert (pool.active, pool.sockets, pool.waiting) == (2, 3, 0)
+    async with pools.lease(a):  # a slot and a socket are free: no wait
+        assert pool.active == 3
+    for lease in [*held[1:], held_b]:
+        await lease.__aexit__(None, None, None)
+
+
+async def test_a_wake_for_an_idle_pool_passes_on_when_its_waiter_is_cancelled() -> None:
+    """Told that a pool went idle, a waiting request (of a host still busy otherwise) is
+    cancelled before it runs: the next waiter is told instead, closes the idle pool and
+    goes on."""
+    pools, made, _ = make_pools(sockets=2, per_host=2)
+    busy_a = pools.lease(HostKey("http://a", "t"))
+    busy_b = pools.lease(HostKey("http://b", "t"))
+    for lease in (busy_a, busy_b):
+        await lease.__aenter__()
+
+    async def use(origin: str) -> None:
+        async with pools.lease(HostKey(origin, "t")):
+            pass
+
+    first = asyncio.ensure_future(use("http://b"))  # B's second request: no socket left
+    await anyio.wait_all_tasks_blocked()
+    second = asyncio.ensure_future(use("http://c"))
+    await anyio.wait_all_tasks_blocked()
+    await busy_a.__aexit__(None, None, None)  # A is idle: the oldest waiter is told...
+    first.cancel()  # ...and cancelled before it runs
+    with anyio.fail_after(5):
+        await second
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    assert [(s.origin, s.closed) for s in made] == [
+        ("http://a", True),
+        ("http://b", False),
+        ("http://c", False),
+    ]
+    await busy_b.__aexit__(None, None, None)
+
+
+async def test_a_request_cancelled_while_it_closes_an_idle_pool_keeps_no_socket() -> None:
+    """Cancelled while the idle pool it evicts is closing, a request takes no socket: the
+    freed one goes to the next request instead."""
+    closing = anyio.Event()
+    release = anyio.Event()
+
+    class SlowSession(FakeSession):
+        async def close(self) -> None:
+            self.closed = True
+            closing.set()
+            await release.wait()
+
+    pools: HostPools[FakeSession] = HostPools(
+        Limits(max_sandbox_connections=1, per_host_connections=1),
+        lambda host: SlowSession(host.origin),
+    )
+    async with pools.lease(HostKey("http://a", "t")):
+        pass
+
+    async def evict() -> None:
+        async with pools.lease(HostKey("http://b", "t")):
+            pytest.fail("it was cancelled")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(evict)
+        await closing.wait()
+        tg.cancel_scope.cancel()
+    b = pools.get(HostKey("http://b", "t"))
+    assert b is not None and (b.active, b.sockets, b.in_flight) == (0, 0, 0)
+    assert pools.sockets == 0
+    release.set()
+    async with pools.lease(HostKey("http://c", "t")) as c:
+        assert (c.active, c.sockets, pools.sockets) == (1, 1, 1)
+
+
 async def test_idle_pools_close_after_idle_seconds() -> None:
     """A pool unused for host_idle_seconds is closed at the next sweep; a fresher one stays."""
-    pools, made, clock = make_pools(max_hosts=4, idle=10.0)
+    pools, made, clock = make_pools(sockets=4, idle=10.0)
     async with pools.lease(HostKey("http://a", "t")):
         pass
     clock.now = 6.0
@@ -262,3 +482,100 @@ async def test_idle_pools_close_by_themselves_with_no_request_to_sweep_them() ->
     with anyio.fail_after(5):
         await timer  # closes the busy one once it is idle long enough, then ends
     assert made[1].closed and len(pools) == 0
+
+
+class ModelSession(FakeSession):
+    """A session as its connector behaves: a request takes an idle connection of its own
+    if there is one, else opens one; closing the session closes them all."""
+
+    def __init__(self, origin: str, opened: list[int]) -> None:
+        super().__init__(origin)
+        self.idle = 0
+        self.open = 0
+        self._opened = opened  # [open now across every session, the most ever]
+
+    def take(self) -> None:
+        if self.idle:
+            self.idle -= 1
+            return
+        self.open += 1
+        self._opened[0] += 1
+        self._opened[1] = max(self._opened[1], self._opened[0])
+
+    def give_back(self) -> None:
+        self.idle += 1
+
+    def drop(self) -> None:  # a request cut short closes its connection
+        self.open -= 1
+        self._opened[0] -= 1
+
+    async def close(self) -> None:
+        # As aiohttp's: every connection is closed at once, then the close waits a loop
+        # pass or two for them to be gone (and may be cancelled meanwhile).
+        self._opened[0] -= self.open
+        self.open = self.idle = 0
+        await asyncio.sleep(0)
+        await super().close()
+
+
+async def test_open_connections_never_exceed_the_budget_under_churn() -> None:
+    """600 requests over 40 hosts, 60 at once, with a budget of 6 sockets and 150 of them
+    cancelled at random moments: connections open (modelled as a connector opens them)
+    never exceed 6, every request not cancelled gets through, and nothing stays charged
+    but what idle pools hold."""
+    rng = random.Random(18)
+    opened = [0, 0]
+    made: list[ModelSession] = []
+
+    def factory(host: HostKey) -> ModelSession:
+        made.append(ModelSession(host.origin, opened))
+        return made[-1]
+
+    pools: HostPools[ModelSession] = HostPools(
+        Limits(max_sandbox_connections=6, per_host_connections=3), factory
+    )
+    done = cancelled = 0
+    gate = anyio.Semaphore(60)
+    running: list[anyio.CancelScope] = []
+
+    async def request() -> None:
+        nonlocal done
+        async with gate:
+            key = HostKey(f"http://h{rng.randrange(40)}", "t")
+            with anyio.CancelScope() as scope:
+                running.append(scope)
+                async with pools.lease(key) as pool:
+                    pool.session.take()
+                    try:
+                        for _ in range(rng.randrange(4)):
+                            await asyncio.sleep(0)
+                    except BaseException:
+                        pool.session.drop()
+                        raise
+                    pool.session.give_back()
+                    done += 1
+            if scope in running:
+                running.remove(scope)
+
+    async def cancel_some() -> None:
+        # At random moments: waiting, just handed a socket, closing an idle pool, running.
+        nonlocal cancelled
+        while cancelled < 150:
+            for _ in range(rng.randrange(3)):
+                await asyncio.sleep(0)
+            if running:
+                running.pop(rng.randrange(len(running))).cancel()
+                cancelled += 1
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(cancel_some)
+            for _ in range(600):
+                tg.start_soon(request)
+    assert opened[1] <= 6 and pools.evicted > 0
+    assert done + cancelled >= 600 and done >= 400
+    live = [pools.get(HostKey(f"http://h{n}", "t")) for n in range(40)]
+    assert all(p is None or (p.active, p.in_flight, p.waiting) == (0, 0, 0) for p in live)
+    assert pools.sockets == sum(p.sockets for p in live if p is not None) <= 6
+    assert not pools._waiters
+    await pools.aclose()

@@ -39,11 +39,9 @@ CONCURRENCY = 200
 SANDBOXES = 100
 MIB = 2**20
 LIMITS = sandboxkit.Limits(
-    control_plane_connections=32, per_host_connections=2, max_sandbox_hosts=64
+    control_plane_connections=32, per_host_connections=2, max_sandbox_connections=128
 )
-SOCKET_BOUND = (
-    LIMITS.control_plane_connections + LIMITS.max_sandbox_hosts * LIMITS.per_host_connections
-)
+SOCKET_BOUND = LIMITS.control_plane_connections + LIMITS.max_sandbox_connections
 FAULT_RATES = {"429": 0.025, "502": 0.02, "503": 0.02, "cut": 0.025, "cut_before_headers": 0.01}
 ROUTES = [
     "files.download",

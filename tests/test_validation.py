@@ -181,7 +181,10 @@ BAD_OPTIONS: dict[str, Callable[[], object]] = {
     "timeout total text": lambda: sandboxkit.Timeout(total="5"),  # type: ignore[arg-type]
     "timeout read bool": lambda: sandboxkit.Timeout(read=True),
     "limits per host 0": lambda: sandboxkit.Limits(per_host_connections=0),
-    "limits hosts float": lambda: sandboxkit.Limits(max_sandbox_hosts=2.5),  # type: ignore[arg-type]
+    "limits sockets float": lambda: sandboxkit.Limits(max_sandbox_connections=2.5),  # type: ignore[arg-type]
+    "limits sockets below one host": lambda: sandboxkit.Limits(
+        per_host_connections=8, max_sandbox_connections=7
+    ),
     "limits control bool": lambda: sandboxkit.Limits(control_plane_connections=True),
     "limits idle 0": lambda: sandboxkit.Limits(host_idle_seconds=0),
     "retry attempts 0": lambda: sandboxkit.RetryPolicy(max_attempts=0),
@@ -203,3 +206,4 @@ def test_option_edges_are_accepted() -> None:
     assert sandboxkit.RetryPolicy(max_attempts=1, initial_backoff=0, max_backoff=0).max_attempts
     assert sandboxkit.Timeout(connect=None, read=None, total=0.5).total == 0.5
     assert sandboxkit.Limits(per_host_connections=1, host_idle_seconds=0.1).per_host_connections
+    assert sandboxkit.Limits(per_host_connections=4, max_sandbox_connections=4)
