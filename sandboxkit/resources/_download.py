@@ -28,11 +28,19 @@ from .._resume import Action, Decision, Mode, ResponseInfo, ResumeState
 from .._retry import TryAgain, is_transient
 from ..errors import ResponseDecodeError, SandboxKitError, ValidationError
 from ..models import DownloadResult
-from ._file_sink import FileSink, Piece
+from ._file_sink import WRITE_BATCH, FileSink, Piece
 from ._partial import PartOf, open_part
 from ._plane import DataPlane, Progress
 
-__all__ = ["Request", "check_destination", "download_to_file", "fetch", "read_all", "stream_chunks"]
+__all__ = [
+    "WRITE_BATCH",
+    "Request",
+    "check_destination",
+    "download_to_file",
+    "fetch",
+    "read_all",
+    "stream_chunks",
+]
 
 OPERATION = ops.FILES_DOWNLOAD
 
@@ -40,15 +48,13 @@ OPERATION = ops.FILES_DOWNLOAD
 class _Sink(Protocol):
     """Where `fetch` puts the body's bytes, in order.
 
-    `write` gets bytes, or (when `views` is true) memoryviews of large receive buffers
-    (`_ring`): a sink may keep either as long as it likes (a buffer is never refilled while
-    a view of it is alive), but must not assume `bytes` methods beyond the buffer protocol
-    and `len`. `flush` is awaited at the end of each answer's body and before a retry after
-    a cut: everything written so far must then be durable in the sink. `truncate` drops
-    everything (a restart from byte 0).
+    `write` gets `bytes` objects, unless the sink has a true attribute `views`: then large
+    bodies come as memoryviews of up to 4 MiB receive buffers (`_ring`). A sink may keep
+    either as long as it likes (a buffer is never refilled while a view of it is alive),
+    and must assume nothing of a view beyond the buffer protocol and `len`. `flush` is
+    awaited at the end of each answer's body and before a retry after a cut: everything
+    written so far must then be in the sink. `truncate` drops everything (a restart).
     """
-
-    views: bool
 
     async def write(self, data: Piece) -> None: ...
 
@@ -155,7 +161,7 @@ async def fetch(
                 on_stream(state)
             pieces = (
                 response.iter_pieces(request.chunk_size)
-                if sink.views
+                if getattr(sink, "views", False)  # optional: a sink without it gets bytes
                 else response.iter_chunks(request.chunk_size)
             )
             try:
