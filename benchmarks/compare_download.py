@@ -51,6 +51,7 @@ def _child(spec: dict[str, Any]) -> None:
             figures["wall"] = time.perf_counter() - started
             after = resource.getrusage(resource.RUSAGE_SELF)
         figures["cpu"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        figures["user"] = after.ru_utime - before.ru_utime
         figures["rss_growth"] = sampler.peak_rss - sampler.start_rss
         return result
 
@@ -148,6 +149,7 @@ async def _main(args: argparse.Namespace) -> None:
         print(
             f"{label:24} {statistics.median(size / 1e9 / r['wall'] for r in runs):6.3f} GB/s "
             f"{statistics.median(r['cpu'] / gib for r in runs):6.3f} CPU s/GiB "
+            f"({statistics.median(r['user'] / gib for r in runs):5.3f} user) "
             f"x tput {tput:5.3f}  x CPU {cpu:5.3f}  "
             f"peak RSS +{max(r['rss_growth'] for r in runs) / MiB:5.1f} MiB"
         )

@@ -22,13 +22,14 @@ from typing import Any
 __all__ = ["RING_BUFFER", "RingReader", "Watchdog"]
 
 RING_BUFFER = 4 << 20
-# Reading pauses when more filled buffers than this wait for the consumer.
-_READY_LIMIT = 1
-# Buffers kept for reuse; one a consumer still holds a view of is never written again. The
-# file sink holds at most two (its batches in flight), plus two ready, one being filled and
-# the consumer's last piece: with fewer, a fresh buffer (zeroed, page-faulted) is made for
-# every 4 MiB, which cost more CPU than the ring saved.
-_POOL_LIMIT = 8
+# Reading pauses when more filled buffers than this wait for the consumer: none, so that
+# a consumer slower than the socket (the file sink, when the disk or sha256 is the
+# bottleneck) holds the fewest buffers: its two batches in flight and the one it holds while
+# waiting for them, one ready, one being filled: five, 20 MiB.
+_READY_LIMIT = 0
+# Buffers kept for reuse; one a consumer still holds a view of is never written again (a
+# fresh one is made instead, and dropped when the consumer lets go of it).
+_POOL_LIMIT = 6
 # A partly filled buffer is handed on after this long (a slow link still shows progress).
 _SETTLE = 0.1
 _SCRATCH = 64 << 10
