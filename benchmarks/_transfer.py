@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import aiohttp
+from _ceiling import ceiling_download
 from _measure import Contender, GiB, MiB, Sample, median, paired_ratio, paired_rounds
 from _report import CaseResult, Column, target
 from _server import ServerProcess, token_for
@@ -32,6 +33,8 @@ BIG = "/home/user/big.bin"
 UPLOADED = "/home/user/uploaded.bin"
 # Disk writes leave the event loop in batches of about this size (DESIGN section 6).
 WRITE_BATCH = MiB
+CEILING_SHA = "ceiling: socket recv_into 4 MiB ring, hash + write threads, sha256"
+CEILING = "ceiling: socket recv_into 4 MiB ring, write thread"
 SERVER = "minimal aiohttp.web (benchmarks/_server.py): GET via sendfile, POST drained"
 
 
@@ -223,7 +226,19 @@ async def run_download(size: int, rounds: int, work: Path) -> CaseResult:
             async def discard() -> None:
                 await raw_download(session, ends.url, None, MiB, False)
 
+            def ceiling(hashing: bool) -> Callable[[], Any]:
+                async def run() -> None:
+                    dest = out / f"ceiling-{hashing}.bin"
+                    digest = await asyncio.to_thread(
+                        ceiling_download, ends.port, ends.host, ends.token, BIG, dest, hashing
+                    )
+                    check(dest, digest)
+
+                return run
+
             contenders = [
+                Contender(CEILING_SHA, ceiling(True)),
+                Contender(CEILING, ceiling(False)),
                 Contender("sandboxkit download (sha256)", sdk(True)),
                 Contender("sandboxkit 8 Range slices (sha256)", in_slices),
                 Contender("raw aiohttp 1 MiB + sha256", raw(MiB, True)),
@@ -236,6 +251,9 @@ async def run_download(size: int, rounds: int, work: Path) -> CaseResult:
                 "raw aiohttp: one session, iter_chunked(N), ~1 MiB batches written (and hashed) "
                 "with loop.run_in_executor (DESIGN 6); each sandboxkit row is compared with the "
                 "faster raw variant doing the same work (by median throughput)",
+                "ceiling (benchmarks/_ceiling.py): a blocking socket, a hand-written GET, "
+                "recv_into a ring of 4 MiB buffers, each handed to a hash thread and a write "
+                "thread at once; the 'vs ceiling' rows are sandboxkit's paired ratios to it",
             ]
             httpx_client = httpx.AsyncClient(timeout=60.0) if httpx is not None else None
             if httpx_client is not None:
@@ -276,12 +294,29 @@ async def run_download(size: int, rounds: int, work: Path) -> CaseResult:
         "raw aiohttp 1 MiB, discarded (no disk)": best_raw,
     }
     rows = _transfer_rows(samples, size, refs)
+    # The ceiling's rows, and sandboxkit's ratios against it (issue 18's targets).
+    for name, ref in [
+        (CEILING_SHA, None),
+        (CEILING, None),
+        ("sandboxkit download (sha256)", CEILING_SHA),
+        ("sandboxkit download checksum=False", CEILING),
+    ]:
+        if ref is None:
+            continue
+        extra = _transfer_rows({name: samples[name], ref: samples[ref]}, size, {name: ref})[0]
+        extra["contender"] = f"{name} vs ceiling"
+        rows.append(extra)
     by_name = {row["contender"]: row for row in rows}
     sha, plain = (
         by_name["sandboxkit download (sha256)"],
         by_name["sandboxkit download checksum=False"],
     )
+    sha_ceiling = by_name["sandboxkit download (sha256) vs ceiling"]
+    plain_ceiling = by_name["sandboxkit download checksum=False vs ceiling"]
     targets = [
+        target("sha256: throughput vs the ceiling", sha_ceiling["x_throughput"], ">= 0.80"),
+        target("sha256: CPU/GiB vs the ceiling", sha_ceiling["x_cpu"], "<= 1.25"),
+        target("no hash: throughput vs the ceiling", plain_ceiling["x_throughput"], ">= 0.80"),
         target(f"sha256: throughput vs {best_sha}", sha["x_throughput"], ">= 0.95"),
         target(f"sha256: CPU/GiB vs {best_sha}", sha["x_cpu"], "<= 1.10"),
         target(f"no hash: throughput vs {best_raw}", plain["x_throughput"], ">= 0.95"),

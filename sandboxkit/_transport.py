@@ -323,13 +323,15 @@ class Transport:
                     exchange.answered(response.status, response.headers)
                 self._refuse_if_closed(response)
                 self._reading.add(response)
+                streaming = StreamingResponse(response, operation, timeout.read)
                 try:
-                    yield StreamingResponse(response, operation)
+                    yield streaming
                 finally:
                     self._reading.discard(response)
-                    received = response.content.total_bytes  # as they came, coded or not
+                    received = streaming.received  # as they came, coded or not
                     # An unread body means the connection cannot be reused: drop it at once
-                    # rather than leave it half-read (cancellation included).
+                    # rather than leave it half-read (cancellation included). A body read
+                    # below the parser (`_ring`) never leaves aiohttp's reader at its end.
                     if response.content.at_eof():
                         response.release()
                     else:

@@ -520,3 +520,42 @@ def test_a_bad_proxy_variable_is_refused_at_construction(
         sandboxkit.Client(api_key="k", base_url="http://127.0.0.1:1")
     assert secrets_in(exception_text(caught.value), CREDENTIALS) == []
     sandboxkit.Client(api_key="k", base_url="http://127.0.0.1:1", trust_env=False)
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
+async def test_a_large_body_read_below_the_parser_through_the_proxy(
+    emulator: Emulator,
+    tls_emulator: Emulator,
+    proxy_server: ProxyServer,
+    clean_proxy_env: pytest.MonkeyPatch,
+    tmp_path: Path,
+    tls: bool,
+) -> None:
+    """A body read by `_ring` (the threshold lowered to every body) arrives whole through a
+    plain proxy and through a CONNECT tunnel carrying TLS, and its connection is not reused:
+    the next download through the tunnel opens a new one."""
+    from sandboxkit import _bodies, _ring
+
+    made: list[int] = []
+
+    class Counted(_ring.RingReader):
+        def __init__(self, *args: Any) -> None:
+            super().__init__(*args)
+            made.append(1)
+
+    clean_proxy_env.setattr(_bodies, "RING_MIN_BODY", 1)
+    clean_proxy_env.setattr(_bodies, "RingReader", Counted)
+    emu = tls_emulator if tls else emulator
+    box = await new_sandbox(emu)
+    data = bytes(range(256)) * (5 * _ring.RING_BUFFER // 256 + 3)
+    (emu.sandbox_root(box.body["data"]["sandbox_key"]) / "home/user/big.bin").write_bytes(data)
+    async with emu.client(proxy=proxy_server.url) as client:
+        sbx = client.sandbox_from_response(box.body)
+        with anyio.fail_after(LIMIT):
+            for name in ("a", "b"):
+                result = await sbx.files.download("/home/user/big.bin", tmp_path / name)
+                assert result.size == len(data)
+                assert (tmp_path / name).read_bytes() == data
+    assert len(made) == 2
+    if tls:  # one tunnel per download: the first connection was closed, not pooled
+        assert [r["method"] for r in proxy_server.records()] == ["CONNECT", "CONNECT"]

@@ -2,17 +2,18 @@
 
 `fetch` is the whole algorithm: one `Calls.run` whose attempt is one GET, judged by
 `ResumeState` (DESIGN section 6). The sinks differ only in where bytes go: a temporary file
-(written and hashed off the event loop in ~1 MiB batches), memory, or an async consumer.
+(written and hashed
+off the event loop, in parallel, in 4 MiB batches), memory, or an async consumer.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
+import contextlib
 import os
 from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import Any, Protocol
 
 import anyio
 import attrs
@@ -27,139 +28,50 @@ from .._resume import Action, Decision, Mode, ResponseInfo, ResumeState
 from .._retry import TryAgain, is_transient
 from ..errors import ResponseDecodeError, SandboxKitError, ValidationError
 from ..models import DownloadResult
+from ._file_sink import WRITE_BATCH, FileSink, Piece
 from ._partial import PartOf, open_part
 from ._plane import DataPlane, Progress
 
-__all__ = ["Request", "check_destination", "download_to_file", "fetch", "read_all", "stream_chunks"]
+__all__ = [
+    "WRITE_BATCH",
+    "Request",
+    "check_destination",
+    "download_to_file",
+    "fetch",
+    "read_all",
+    "stream_chunks",
+]
 
 OPERATION = ops.FILES_DOWNLOAD
-# Disk writes and hashing leave the event loop in batches of about this size (DESIGN 6).
-# 4 MiB, not 1: every batch costs a thread hop and a GIL hand-back, ~0.13 s of CPU per GiB
-# at 1 MiB on two cores (paired rounds of benchmarks/run.py). With one batch being written
-# while the next fills, at most 8 MiB is held.
-WRITE_BATCH = 4 << 20
 
 
 class _Sink(Protocol):
-    async def write(self, data: bytes) -> None: ...
+    """Where `fetch` puts the body's bytes, in order.
+
+    `write` gets `bytes` objects, unless the sink has a true attribute `views`: then large
+    bodies come as memoryviews of up to 4 MiB receive buffers (`_ring`). A sink may keep
+    either as long as it likes (a buffer is never refilled while a view of it is alive),
+    and must assume nothing of a view beyond the buffer protocol and `len`. `flush` is
+    awaited at the end of each answer's body and before a retry after a cut: everything
+    written so far must then be in the sink. `truncate` drops everything (a restart).
+    """
+
+    async def write(self, data: Piece) -> None: ...
 
     async def flush(self) -> None: ...
 
     async def truncate(self) -> None: ...
 
 
-class _FileSink:
-    """A temporary file, written and hashed in a worker thread a batch at a time.
-
-    One batch is written while the next is read from the network: at most one write is in
-    flight, so the bytes land in order, and memory holds at most two batches. Every thread
-    call on the file (write, reset, commit) is the one `_pending` future, which cancelling
-    the download never cancels: `quiesce()` waits for it before the file is closed.
-    """
-
-    def __init__(self, handle: IO[bytes], checksum: bool) -> None:
-        self._handle = handle
-        self._hash = hashlib.sha256() if checksum else None
-        self._batch: list[bytes] = []
-        self._batched = 0
-        self._pending: asyncio.Future[None] | None = None
-
-    async def write(self, data: bytes) -> None:
-        self._batch.append(data)
-        self._batched += len(data)
-        if self._batched >= WRITE_BATCH:
-            await self._settle()
-            batch, self._batch, self._batched = self._batch, [], 0
-            self._submit(self._write, batch)
-
-    def _submit(self, work: Callable[..., None], *args: Any) -> None:
-        self._pending = asyncio.ensure_future(anyio.to_thread.run_sync(work, *args))
-
-    async def _settle(self) -> None:
-        pending = self._pending
-        if pending is not None:
-            # Shielded: a cancellation must not cancel the thread call (its thread would run
-            # on, unowned, while the file is closed under it); quiesce() waits for it instead.
-            await asyncio.shield(pending)  # a failed write raises here
-            self._pending = None
-
-    async def flush(self) -> None:
-        await self._settle()
-        if self._batch:
-            batch, self._batch, self._batched = self._batch, [], 0
-            self._submit(self._write, batch)
-            await self._settle()
-
-    async def commit(self, temp: Path, dest: Path) -> None:
-        """Close the file and rename it to `dest` (everything was flushed)."""
-        await self._settle()
-        self._submit(_commit, self._handle, temp, dest)
-        await self._settle()
-
-    async def quiesce(self) -> asyncio.CancelledError | None:
-        """Wait, however many times the task is cancelled meanwhile, until no thread touches
-        the file (before it is closed and removed); returns the cancellation held back."""
-        pending, self._pending = self._pending, None
-        if pending is None:
-            return None
-        held = await wait_through_cancels(pending)
-        if not pending.cancelled():
-            pending.exception()  # the error that matters is already propagating
-        return held
-
-    def _write(self, batch: list[bytes]) -> None:
-        # Each piece is let go as soon as it is written, so memory stays level instead of
-        # dropping by a whole batch at once: a drop past glibc's trim threshold hands pages
-        # back to the kernel, and refilling them costs minor page faults (system time).
-        batch.reverse()
-        while batch:
-            piece = batch.pop()
-            self._handle.write(piece)
-            if self._hash is not None:
-                self._hash.update(piece)
-            del piece
-
-    async def truncate(self) -> None:
-        await self._settle()
-        self._batch, self._batched = [], 0
-        self._submit(self._reset)
-        await self._settle()
-
-    def _reset(self) -> None:
-        self._handle.seek(0)
-        self._handle.truncate()
-        if self._hash is not None:
-            self._hash = hashlib.sha256()
-
-    async def adopt(self, held: int) -> None:
-        """Take the file's first `held` bytes as already written (a resumed partial file):
-        hash them, off the loop, so the sha256 still covers the whole file."""
-        self._submit(self._adopt, held)
-        await self._settle()
-
-    def _adopt(self, held: int) -> None:
-        self._handle.seek(0)
-        left = held
-        while left:
-            piece = self._handle.read(min(WRITE_BATCH, left))
-            if not piece:
-                raise OSError(f"the partial file ended {left} bytes early")
-            if self._hash is not None:
-                self._hash.update(piece)
-            left -= len(piece)
-        self._handle.seek(held)
-
-    def hexdigest(self) -> str | None:
-        return self._hash.hexdigest() if self._hash is not None else None
-
-
 class _MemorySink:
     """The whole file in memory (`read_bytes`)."""
+
+    views = True  # each piece is copied into `data` at once
 
     def __init__(self) -> None:
         self.data = bytearray()
 
-    async def write(self, data: bytes) -> None:
+    async def write(self, data: Piece) -> None:
         self.data += data
 
     async def flush(self) -> None:
@@ -172,10 +84,13 @@ class _MemorySink:
 class _ChannelSink:
     """Hands each chunk to the consumer of `iter_bytes`; waits while it is busy."""
 
+    views = False  # the consumer keeps bytes objects, cut to its chunk_size
+
     def __init__(self, send: MemoryObjectSendStream[bytes]) -> None:
         self._send = send
 
-    async def write(self, data: bytes) -> None:
+    async def write(self, data: Piece) -> None:
+        assert isinstance(data, bytes)  # views is False: fetch hands bytes only
         await self._send.send(data)
 
     async def flush(self) -> None:
@@ -245,19 +160,28 @@ async def fetch(
             if decision.truncate:
                 await sink.truncate()
             stop = on_stream(state) if on_stream is not None else None
+            pieces = (
+                response.iter_pieces(request.chunk_size)
+                if getattr(sink, "views", False)  # optional: a sink without it gets bytes
+                else response.iter_chunks(request.chunk_size)
+            )
             try:
-                async for chunk in response.iter_chunks(request.chunk_size):
-                    if stop is not None and state.position + len(chunk) >= stop:
-                        chunk = chunk[: stop - state.position]
-                    received += len(chunk)
-                    skip, keep = state.on_chunk(len(chunk))
-                    if keep > skip:
-                        await sink.write(chunk if keep - skip == len(chunk) else chunk[skip:keep])
-                    if progress is not None:
-                        progress(state.position, state.total)
-                    if stop is not None and state.position >= stop:
-                        await sink.flush()
-                        return None  # the connection is dropped, the body left unread
+                # aclosing: a body read below the parser gives its connection back to aiohttp
+                # (to be closed) now, not whenever the generator is collected.
+                async with contextlib.aclosing(pieces) as chunks:
+                    async for chunk in chunks:
+                        if stop is not None and state.position + len(chunk) >= stop:
+                            chunk = chunk[: stop - state.position]
+                        received += len(chunk)
+                        skip, keep = state.on_chunk(len(chunk))
+                        if keep > skip:
+                            whole = keep - skip == len(chunk)
+                            await sink.write(chunk if whole else chunk[skip:keep])
+                        if progress is not None:
+                            progress(state.position, state.total)
+                        if stop is not None and state.position >= stop:
+                            await sink.flush()
+                            return None  # the connection is dropped, the body left unread
             except SandboxKitError:
                 # What arrived before the cut is good: keep it so the next GET resumes there.
                 await sink.flush()
@@ -318,7 +242,7 @@ async def download_to_file(
     # Opened (and locked) on the loop on purpose: an open in a worker thread could finish
     # after a cancellation and leave a file (and a handle) nobody owns.
     part = open_part(dest, _part_of(request), resume=resume)
-    sink = _FileSink(part.handle, checksum)
+    sink = FileSink(part.handle, checksum)
     try:
         state = ResumeState("file")
         if part.held:
@@ -358,13 +282,6 @@ async def download_to_file(
         resumes=state.resumes,
         elapsed=clock() - started,
     )
-
-
-def _commit(handle: IO[bytes], temp: Path, dest: Path) -> None:
-    # No fsync: like curl and pip, durability against power loss is the filesystem's job;
-    # the rename still guarantees no reader ever sees a partial file under `dest`.
-    handle.close()
-    os.replace(temp, dest)
 
 
 def _part_of(request: Request) -> PartOf:

@@ -44,7 +44,8 @@ from .._retry import TryAgain, is_transient
 from .._slices import Span, judge_slice, missing, split
 from ..errors import APITimeoutError, ResponseDecodeError, SandboxKitError, ValidationError
 from ..models import DownloadResult
-from ._download import OPERATION, Request, _FileSink, _part_of, fetch
+from ._download import OPERATION, Request, _part_of, fetch
+from ._file_sink import FileSink, Piece
 from ._inplace import InPlace, Ledger, Writer
 from ._partial import PartFile, open_part
 from ._plane import DataPlane, Progress
@@ -74,7 +75,7 @@ class _Restart(Exception):
 class _Switch:
     """The first GET's sink: the file sink as one stream, or, once split, a `_Writer`."""
 
-    def __init__(self, sink: _FileSink) -> None:
+    def __init__(self, sink: FileSink) -> None:
         self.sink = sink
         self.writer: Writer | None = None
 
@@ -85,8 +86,11 @@ class _Switch:
         piece until its batch is written, so it needs bytes. Asked after `on_stream`."""
         return self.writer is None and bool(getattr(self.sink, "views", False))
 
-    async def write(self, data: bytes) -> None:
-        await (self.writer or self.sink).write(data)
+    async def write(self, data: Piece) -> None:
+        if self.writer is None:
+            await self.sink.write(data)
+        else:  # bytes here (`views` is false): bytes() of bytes is the object itself
+            await self.writer.write(bytes(data))
 
     async def flush(self) -> None:
         await (self.writer or self.sink).flush()
@@ -113,7 +117,7 @@ class _Run:
 
     request: Request
     part: PartFile
-    sink: _FileSink
+    sink: FileSink
     parallel: ParallelDownloads
     checksum: bool
     progress: Progress | None
@@ -384,7 +388,7 @@ async def download_to_file(
     clock = request.plane.calls.clock
     started = clock()
     part = open_part(dest, _part_of(request), resume=resume, sliced=True)
-    sink = _FileSink(part.handle, checksum)
+    sink = FileSink(part.handle, checksum)
     run = _Run(request, part, sink, parallel, checksum, progress)
     total_time = (request.options.timeout or request.plane.calls.timeout).total
     try:

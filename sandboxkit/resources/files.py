@@ -91,7 +91,9 @@ class Files:
             username: act as this sandbox user (some data centers ignore it).
             progress: called as `progress(done_bytes, total_or_None)` as bytes arrive; after
                 a restart `done_bytes` starts again from 0.
-            chunk_size: the largest piece read from the network at once.
+            chunk_size: the largest piece read from the network at once. A body of 32 MiB
+                or more (without content coding) is read in pieces of up to 4 MiB instead,
+                straight into the buffers written to disk, on a connection closed after it.
             checksum: compute the SHA-256 of what was written (`result.sha256`); a resumed
                 part's bytes are read back and hashed too.
             resume: continue a partial file a dead process left; False always starts over.

@@ -1,0 +1,177 @@
+"""Case 1 across checkouts: sandboxkit from two (or more) source trees and the ceiling.
+
+Every run is a fresh child process (so each contender's CPU is its own, and each imports
+sandboxkit from the tree it was given via PYTHONPATH) against one minimal server; the
+contenders alternate within each round (A B C, then C B A) and figures are medians.
+
+Usage::
+
+    python benchmarks/compare_download.py --tree main=/work/main --tree new=. \
+        --size-mib 1024 --rounds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+MiB = 1 << 20
+GiB = 1 << 30
+HERE = Path(__file__).resolve().parent
+
+
+def _child(spec: dict[str, Any]) -> None:
+    """One measured download; prints its figures as one JSON line."""
+    from _measure import Sampler
+    from _transfer import BIG, KEY, Endpoints
+
+    ends = Endpoints(spec["info"])
+    dest = Path(spec["dest"])
+    hashing = bool(spec["hashing"])
+    figures: dict[str, Any] = {}
+
+    def measured(run: Any) -> Any:
+        with Sampler() as sampler:
+            before = resource.getrusage(resource.RUSAGE_SELF)
+            started = time.perf_counter()
+            result = run()
+            figures["wall"] = time.perf_counter() - started
+            after = resource.getrusage(resource.RUSAGE_SELF)
+        figures["cpu"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        figures["user"] = after.ru_utime - before.ru_utime
+        figures["rss_growth"] = sampler.peak_rss - sampler.start_rss
+        return result
+
+    if spec["kind"] == "ceiling":
+        from _ceiling import ceiling_download
+
+        digest = measured(
+            lambda: ceiling_download(ends.port, ends.host, ends.token, BIG, dest, hashing)
+        )
+    else:
+        import sandboxkit
+        from sandboxkit.emulator import EmulatorResolver
+
+        figures["sandboxkit"] = sandboxkit.__file__
+
+        async def main() -> str | None:
+            async with sandboxkit.Client(
+                api_key=ends.api_key,
+                base_url=ends.base_url,
+                data_plane_scheme="http",
+                resolver=EmulatorResolver(),
+            ) as client:
+                sbx = client.sandbox(sandbox_key=KEY, domain=ends.domain, access_token=ends.token)
+                result = await sbx.files.download(BIG, dest, checksum=hashing)
+                return result.sha256
+
+        digest = measured(lambda: asyncio.run(main()))
+    figures["sha256"] = digest
+    figures["size"] = dest.stat().st_size
+    print(json.dumps(figures), flush=True)
+
+
+def _run_child(spec: dict[str, Any], pythonpath: str | None) -> dict[str, Any]:
+    env = dict(os.environ)
+    if pythonpath is not None:
+        env["PYTHONPATH"] = pythonpath
+    out = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec)],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+async def _main(args: argparse.Namespace) -> None:
+    from _server import ServerProcess
+    from _transfer import BIG, make_file
+
+    size = args.size_mib * MiB
+    trees = args.trees
+    with tempfile.TemporaryDirectory(prefix="sandboxkit-compare-") as tmp:
+        work = Path(tmp)
+        (work / "data/home/user").mkdir(parents=True)
+        expected = make_file(work / "data" / BIG.lstrip("/"), size)
+        async with ServerProcess("minimal", {"data_dir": str(work / "data")}) as server:
+            contenders: list[tuple[str, str, str | None, bool]] = []
+            for hashing in (True, False):
+                for name, path in trees:
+                    contenders.append((name, "sdk", path, hashing))
+                contenders.append(("ceiling", "ceiling", None, hashing))
+            samples: dict[str, list[dict[str, Any]]] = {}
+            for index in range(args.rounds):
+                order = contenders if index % 2 == 0 else contenders[::-1]
+                for name, kind, pythonpath, hashing in order:
+                    dest = work / "out.bin"
+                    spec = {
+                        "kind": kind,
+                        "info": server.info,
+                        "dest": str(dest),
+                        "hashing": hashing,
+                    }
+                    figures = await asyncio.to_thread(_run_child, spec, pythonpath)
+                    dest.unlink()
+                    if figures["size"] != size or (hashing and figures["sha256"] != expected):
+                        raise RuntimeError(f"{name}: wrong bytes {figures}")
+                    label = f"{name} {'sha256' if hashing else 'no hash'}"
+                    if index == 0 and "sandboxkit" in figures:
+                        print(f"{name}: {figures['sandboxkit']}", file=sys.stderr)
+                    samples.setdefault(label, []).append(figures)
+                    print(
+                        f"round {index} {label}: {size / 1e9 / figures['wall']:.3f} GB/s "
+                        f"{figures['cpu'] / (size / GiB):.3f} CPU s/GiB "
+                        f"rss +{figures['rss_growth'] / MiB:.1f} MiB",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+    gib = size / GiB
+    print(f"{args.rounds} rounds, {args.size_mib} MiB; medians (paired ratios vs ceiling)")
+    for label, runs in samples.items():
+        ceiling = samples["ceiling " + label.split(" ", 1)[1]]
+        tput = statistics.median(b["wall"] / a["wall"] for a, b in zip(runs, ceiling, strict=True))
+        cpu = statistics.median(a["cpu"] / b["cpu"] for a, b in zip(runs, ceiling, strict=True))
+        print(
+            f"{label:24} {statistics.median(size / 1e9 / r['wall'] for r in runs):6.3f} GB/s "
+            f"{statistics.median(r['cpu'] / gib for r in runs):6.3f} CPU s/GiB "
+            f"({statistics.median(r['user'] / gib for r in runs):5.3f} user) "
+            f"x tput {tput:5.3f}  x CPU {cpu:5.3f}  "
+            f"peak RSS +{max(r['rss_growth'] for r in runs) / MiB:5.1f} MiB"
+        )
+
+
+def main() -> None:
+    """Parse the command line and run (or be one child run)."""
+    parser = argparse.ArgumentParser(prog="python benchmarks/compare_download.py")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--tree", action="append", default=[], help="NAME=PATH of a checkout")
+    parser.add_argument("--size-mib", type=int, default=1024)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    if args.child:
+        _child(json.loads(args.child))
+        return
+    if not args.tree:
+        args.tree = [f"this={HERE.parent}"]
+    args.trees = [(n, str(Path(p).resolve())) for n, p in (t.split("=", 1) for t in args.tree)]
+    asyncio.run(_main(args))
+
+
+if __name__ == "__main__":
+    threading.excepthook = threading.__excepthook__
+    main()
