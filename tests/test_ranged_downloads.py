@@ -292,6 +292,20 @@ async def test_memory_stays_flat(
     assert peak < 40 * MiB, peak
 
 
+def write_sidecar(sidecar: Path, box: Box, total: int, done: list[tuple[int, int]] | None) -> None:
+    """A sidecar as a dead process left it for REMOTE on `box` (`done` absent when None)."""
+    record: dict[str, Any] = {
+        "origin": box.handle.origin,
+        "path": REMOTE,
+        "username": None,
+        "total": total,
+        "ranges": True,
+    }
+    if done is not None:
+        record["done"] = [list(span) for span in done]
+    sidecar.write_text(json.dumps(record))
+
+
 async def test_a_sliced_part_is_continued_in_its_gaps_only(
     emulator: Emulator, split_box: Box, tmp_path: Path
 ) -> None:
@@ -303,18 +317,7 @@ async def test_a_sliced_part_is_continued_in_its_gaps_only(
     part, sidecar = part_paths(dest)
     held = [(0, 300_000), (1_000_000, 2_000_000)]
     write_spans(part, data, held)
-    sidecar.write_text(
-        json.dumps(
-            {
-                "origin": split_box.handle.origin,
-                "path": REMOTE,
-                "username": None,
-                "total": len(data),
-                "ranges": True,
-                "done": [list(span) for span in held],
-            }
-        )
-    )
+    write_sidecar(sidecar, split_box, len(data), held)
     result = await split_box.files.download(REMOTE, dest)
     asked = sorted(spans(ranges(emulator)))
     assert asked[0][0] == 300_000 and sum(b - a for a, b in asked) == len(data) - 1_300_000
@@ -333,18 +336,7 @@ async def test_one_stream_continues_only_the_first_range_of_a_sliced_part(
     dest = tmp_path / "big.bin"
     part, sidecar = part_paths(dest)
     part.write_bytes(data[:2_000_000])
-    sidecar.write_text(
-        json.dumps(
-            {
-                "origin": split_box.handle.origin,
-                "path": REMOTE,
-                "username": None,
-                "total": len(data),
-                "ranges": True,
-                "done": [[0, 300_000], [1_000_000, 2_000_000]],
-            }
-        )
-    )
+    write_sidecar(sidecar, split_box, len(data), [(0, 300_000), (1_000_000, 2_000_000)])
     result = await split_box.files.download(REMOTE, dest, parts=1)
     assert ranges(emulator) == ["bytes=300000-"]
     assert dest.read_bytes() == data and result.sha256 == sha(data)
@@ -520,17 +512,7 @@ async def test_a_prefix_part_is_continued_on_one_stream(
     dest = tmp_path / "big.bin"
     part, sidecar = part_paths(dest)
     part.write_bytes(data[:1_234_567])
-    sidecar.write_text(
-        json.dumps(
-            {
-                "origin": split_box.handle.origin,
-                "path": REMOTE,
-                "username": None,
-                "total": len(data),
-                "ranges": True,
-            }
-        )
-    )
+    write_sidecar(sidecar, split_box, len(data), None)  # one stream's: no `done`
     result = await split_box.files.download(REMOTE, dest)
     assert ranges(emulator) == ["bytes=1234567-"]
     assert dest.read_bytes() == data and result.sha256 == sha(data) and result.resumes == 1

@@ -29,7 +29,7 @@ from .._retry import TryAgain, is_transient
 from ..errors import ResponseDecodeError, SandboxKitError, ValidationError
 from ..models import DownloadResult
 from ._file_sink import WRITE_BATCH, FileSink, Piece
-from ._partial import PartOf, open_part
+from ._partial import PartFile, PartOf, open_part
 from ._plane import DataPlane, Progress
 
 __all__ = [
@@ -268,11 +268,7 @@ async def download_to_file(
         # Cancelled again while this runs, it still closes and removes the file; a
         # cancellation that arrives during a commit lets the rename finish (dest is then the
         # whole file), and the call ends cancelled all the same.
-        held = await sink.quiesce()
-        part.handle.close()
-        if not (resume and part.resumable and is_transient(exc)):
-            part.discard()
-        raise_held(held, exc)
+        await let_go(sink, part, exc, resume=resume)
         raise
     return DownloadResult(
         path=dest,
@@ -282,6 +278,26 @@ async def download_to_file(
         resumes=state.resumes,
         elapsed=clock() - started,
     )
+
+
+async def let_go(
+    sink: FileSink,
+    part: PartFile,
+    exc: BaseException,
+    *,
+    resume: bool,
+    held: asyncio.CancelledError | None = None,
+) -> None:
+    """After a failed or cancelled download: wait until no thread touches the file, close
+    it, and keep it (and its sidecar) only where a later download may continue it: the data
+    center resumes and the failure was transient. Raises the cancellation held back
+    meanwhile (or `held`) unless `exc` is one already; else returns for the caller's
+    `raise`."""
+    held = await sink.quiesce() or held
+    part.handle.close()
+    if not (resume and part.resumable and is_transient(exc)):
+        part.discard()
+    raise_held(held, exc)
 
 
 def _part_of(request: Request) -> PartOf:

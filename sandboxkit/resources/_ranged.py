@@ -40,11 +40,11 @@ from .._cancel import raise_held, wait_through_cancels
 from .._config import ParallelDownloads, Timeout
 from .._protocol import ACCEPT_RANGES, CONTENT_RANGE, FILES_PATH, RANGE
 from .._resume import Action, ResponseInfo, ResumeState
-from .._retry import TryAgain, is_transient
+from .._retry import TryAgain
 from .._slices import Span, judge_slice, missing, split
 from ..errors import APITimeoutError, ResponseDecodeError, SandboxKitError, ValidationError
 from ..models import DownloadResult
-from ._download import OPERATION, Request, _part_of, fetch
+from ._download import OPERATION, Request, _part_of, fetch, let_go
 from ._file_sink import FileSink, Piece
 from ._inplace import InPlace, Ledger, Writer
 from ._partial import PartFile, open_part
@@ -407,11 +407,7 @@ async def download_to_file(
         if run.file is not None and part.resumable:
             with contextlib.suppress(OSError):
                 run.file.ledger.save()  # every range written, for the next download to continue
-        held = await sink.quiesce() or held
-        part.handle.close()
-        if not (resume and part.resumable and is_transient(exc)):
-            part.discard()
-        raise_held(held, exc)
+        await let_go(sink, part, exc, resume=resume, held=held)
         raise
     return DownloadResult(
         path=dest,
