@@ -244,22 +244,12 @@ async def download_to_file(
     part = open_part(dest, _part_of(request), resume=resume)
     sink = FileSink(part.handle, checksum)
     try:
-        state = ResumeState("file")
-        if part.held:
-            await sink.adopt(part.held)
-            state = ResumeState(
-                "file",
-                position=part.held,
-                high_water=part.held,
-                total=part.total,
-                ranges_supported=True,
-            )
         state = await fetch(
             request,
             "file",
             sink,
             progress,
-            state=state,
+            state=await continue_part(sink, part),
             on_stream=lambda now: part.record(now.total, now.ranges_supported),
         )
         await sink.commit(part.path, dest)
@@ -277,6 +267,21 @@ async def download_to_file(
         attempts=state.attempts,
         resumes=state.resumes,
         elapsed=clock() - started,
+    )
+
+
+async def continue_part(sink: FileSink, part: PartFile) -> ResumeState:
+    """Where one stream starts in `part`: after its held bytes (hashed first, so the sha256
+    covers the whole file, and known to be resumable), or at the first byte."""
+    if not part.held:
+        return ResumeState("file")
+    await sink.adopt(part.held)
+    return ResumeState(
+        "file",
+        position=part.held,
+        high_water=part.held,
+        total=part.total,
+        ranges_supported=True,
     )
 
 

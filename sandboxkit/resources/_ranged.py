@@ -44,7 +44,7 @@ from .._retry import TryAgain
 from .._slices import Span, judge_slice, missing, split
 from ..errors import APITimeoutError, ResponseDecodeError, SandboxKitError, ValidationError
 from ..models import DownloadResult
-from ._download import OPERATION, Request, _part_of, fetch, let_go
+from ._download import OPERATION, Request, _part_of, continue_part, fetch, let_go
 from ._file_sink import FileSink, Piece
 from ._inplace import InPlace, Ledger, Writer
 from ._partial import PartFile, open_part
@@ -177,17 +177,7 @@ class _Run:
         else:
             if len(part.done) > 1:  # one stream continues the first range only
                 part.handle.truncate(part.held)
-            state = ResumeState("file")
-            if part.held:
-                await self.sink.adopt(part.held)
-                state = ResumeState(
-                    "file",
-                    position=part.held,
-                    high_water=part.held,
-                    total=part.total,
-                    ranges_supported=True,
-                )
-            self._first = state
+            self._first = state = await continue_part(self.sink, part)
             self._spawn(self._first_stream(state))
         await self._supervise()
         first = self._first
