@@ -59,6 +59,7 @@ class DeadListener:
         self._outage = outage
         self._server: asyncio.Server | None = None
         self._open: set[asyncio.StreamWriter] = set()
+        self._stopped = False
 
     async def start(self, host: str, port: int, ctx: ssl.SSLContext | None) -> None:
         """Listen on `host:port` (the port the real server just left)."""
@@ -67,7 +68,9 @@ class DeadListener:
         )
 
     async def stop(self) -> None:
-        """Free the port, cutting any connection still open."""
+        """Free the port, cutting any connection still open (or accepted but not yet
+        handed to `_handle`: that one is cut when its handler starts)."""
+        self._stopped = True
         if self._server is not None:
             self._server.close()
             for writer in self._open:
@@ -76,6 +79,9 @@ class DeadListener:
             self._server = None
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._stopped:  # accepted (or its TLS handshake done) after stop(): never served
+            writer.transport.abort()
+            return
         self._open.add(writer)
         try:
             await self._answer(reader, writer)

@@ -231,7 +231,12 @@ class Emulator:
             for site in list(runner.sites):
                 await site.stop()
             for handler in runner.server.connections if runner.server is not None else []:
+                transport = handler.transport
                 handler.force_close()  # the cut a dying server's clients see
+                if transport is not None:
+                    # force_close() only close()s, which waits to flush a body the client
+                    # may never read: that socket would outlive the outage, and the test.
+                    transport.abort()
             listener = DeadListener(name, down)
             await listener.start(self._host, port, ctx)
             listeners.append(listener)
