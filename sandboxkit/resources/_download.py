@@ -146,15 +146,7 @@ async def fetch(
             params=request.params,
             headers=headers,
         ) as response:
-            decision = state.on_response(
-                ResponseInfo(
-                    response.status,
-                    response.content_length,
-                    response.headers.get(CONTENT_RANGE),
-                    response.headers.get(ACCEPT_RANGES),
-                    response.coding,
-                )
-            )
+            decision = state.on_response(response_info(response))
             if decision.action is not Action.STREAM:
                 return await _verdict(decision, response)
             if decision.truncate:
@@ -199,6 +191,17 @@ async def fetch(
         transfer=lambda: (received, state.resumes),
     )
     return state
+
+
+def response_info(response: StreamingResponse) -> ResponseInfo:
+    """What the resume rules (`_resume`, `_slices`) read of an answer's head."""
+    return ResponseInfo(
+        response.status,
+        response.content_length,
+        response.headers.get(CONTENT_RANGE),
+        response.headers.get(ACCEPT_RANGES),
+        response.coding,
+    )
 
 
 async def _verdict(decision: Decision, response: StreamingResponse) -> TryAgain | None:

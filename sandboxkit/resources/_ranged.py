@@ -38,13 +38,13 @@ import attrs
 from .._bodies import StreamingResponse
 from .._cancel import raise_held, wait_through_cancels
 from .._config import ParallelDownloads, Timeout
-from .._protocol import ACCEPT_RANGES, CONTENT_RANGE, FILES_PATH, RANGE
-from .._resume import Action, ResponseInfo, ResumeState
+from .._protocol import FILES_PATH, RANGE
+from .._resume import Action, ResumeState
 from .._retry import TryAgain
 from .._slices import Span, judge_slice, missing, split
 from ..errors import APITimeoutError, ResponseDecodeError, SandboxKitError, ValidationError
 from ..models import DownloadResult
-from ._download import OPERATION, Request, _part_of, continue_part, fetch, let_go
+from ._download import OPERATION, Request, _part_of, continue_part, fetch, let_go, response_info
 from ._file_sink import FileSink, Piece
 from ._inplace import InPlace, Ledger, Writer
 from ._partial import PartFile, open_part
@@ -311,13 +311,7 @@ class _Run:
                 headers={RANGE: f"bytes={at}-{end - 1}"},
             ) as response:
                 decision, stop = judge_slice(
-                    ResponseInfo(
-                        response.status,
-                        response.content_length,
-                        response.headers.get(CONTENT_RANGE),
-                        response.headers.get(ACCEPT_RANGES),
-                        response.coding,
-                    ),
+                    response_info(response),
                     at,
                     end,
                     file.ledger.total,
