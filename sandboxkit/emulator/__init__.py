@@ -90,7 +90,7 @@ Data plane
       answered 400 in the surface's format.
 
 Outages
-    * ``Emulator.outage()`` takes both servers down for a block and back on the same ports,
+    * ``Emulator.outage()`` takes both servers down for a block and brings them back,
       state kept; requests sent meanwhile are recorded on the ``Outage`` it yields.
 """
 

@@ -24,7 +24,7 @@ from ._core import CORE, ROUTES, Core, RouteTable, new_api_key
 from ._dataplane import add_data_routes
 from ._faults import FaultPlan
 from ._http import console_middleware, data_middleware, record_prepared
-from ._outage import DeadListener, Outage
+from ._outage import Outage, cut_connections, outage_gate
 from ._resolver import DATA_PLANE_SUFFIX, EmulatorResolver
 from ._routes import ROUTE_NAMES, check_routes
 from ._tls import CertificateAuthority, client_context, server_context
@@ -115,8 +115,7 @@ class Emulator:
         self._host = host
         self._ports = (port, data_port)
         self._runners: list[web.AppRunner] = []
-        # (server name, runner, port, TLS context) of each running site, for an outage.
-        self._sites: list[tuple[str, web.AppRunner, int, ssl.SSLContext | None]] = []
+        self._down: Outage | None = None  # while an outage lasts
         self._base_url = ""
         self._resolver = EmulatorResolver(domain)
         self._client_ssl: ssl.SSLContext | None = None
@@ -148,10 +147,8 @@ class Emulator:
             self._client_ssl = client_context(self._ca)
         scheme = "https" if server_ssl is not None else "http"
         try:
-            console_port = await self._serve(
-                "console", self._console_app(), self._ports[0], server_ssl
-            )
-            data_port = await self._serve("data", self._data_app(), self._ports[1], server_ssl)
+            console_port = await self._serve(self._console_app(), self._ports[0], server_ssl)
+            data_port = await self._serve(self._data_app(), self._ports[1], server_ssl)
         except BaseException:
             await self.close()
             raise
@@ -163,7 +160,6 @@ class Emulator:
     async def close(self) -> None:
         """Stop both servers and remove the temporary files; safe to call twice."""
         runners, self._runners = self._runners, []
-        self._sites.clear()
         for runner in runners:
             await runner.cleanup()
         if self._tmp is not None:
@@ -174,7 +170,10 @@ class Emulator:
         self._core.sandboxes.live.clear()
 
     def _console_app(self) -> web.Application:
-        app = web.Application(middlewares=[console_middleware], client_max_size=_JSON_BODY_LIMIT)
+        app = web.Application(
+            middlewares=[outage_gate("console", lambda: self._down), console_middleware],
+            client_max_size=_JSON_BODY_LIMIT,
+        )
         app[CORE] = self._core
         app[ROUTES] = RouteTable()
         app.on_response_prepare.append(record_prepared)
@@ -184,16 +183,16 @@ class Emulator:
         return app
 
     def _data_app(self) -> web.Application:
-        app = web.Application(middlewares=[data_middleware])
+        app = web.Application(
+            middlewares=[outage_gate("data", lambda: self._down), data_middleware]
+        )
         app[CORE] = self._core
         app[ROUTES] = RouteTable()
         app.on_response_prepare.append(record_prepared)
         add_data_routes(app)
         return app
 
-    async def _serve(
-        self, name: str, app: web.Application, port: int, ctx: ssl.SSLContext | None
-    ) -> int:
+    async def _serve(self, app: web.Application, port: int, ctx: ssl.SSLContext | None) -> int:
         runner = web.AppRunner(
             app,
             access_log=None,
@@ -206,12 +205,11 @@ class Emulator:
         site = web.TCPSite(runner, self._host, port, ssl_context=ctx)
         await site.start()
         port = int(runner.addresses[-1][1])
-        self._sites.append((name, runner, port, ctx))
         return port
 
     @contextlib.asynccontextmanager
     async def outage(self, *, status: int | None = None) -> AsyncIterator[Outage]:
-        """Both servers are down inside the block, and back on the same ports after it.
+        """Both servers are down inside the block, and serve again after it.
 
         Connections open when it begins are cut. While it lasts, each request is recorded in
         the yielded :class:`Outage` (not in the journal: nothing served it), then its
@@ -223,30 +221,19 @@ class Emulator:
             ...     await anyio.sleep(5)
             >>> len(down.requests)  # doctest: +SKIP
         """
-        if not self._sites:
+        if not self._runners:
             raise RuntimeError("the emulator is not running")
-        down = Outage(status=status)
-        listeners = []
-        for name, runner, port, ctx in self._sites:
-            for site in list(runner.sites):
-                await site.stop()
-            for handler in runner.server.connections if runner.server is not None else []:
-                transport = handler.transport
-                handler.force_close()  # the cut a dying server's clients see
-                if transport is not None:
-                    # force_close() only close()s, which waits to flush a body the client
-                    # may never read: that socket would outlive the outage, and the test.
-                    transport.abort()
-            listener = DeadListener(name, down)
-            await listener.start(self._host, port, ctx)
-            listeners.append(listener)
+        if self._down is not None:
+            raise RuntimeError("the emulator is already down")
+        down = self._down = Outage(status=status)
+        # After the gate is shut: a connection that reaches aiohttp's list only now (accepted
+        # in this very loop turn) meets the gate at its first request.
+        for runner in self._runners:
+            cut_connections(runner)
         try:
             yield down
         finally:
-            for listener in listeners:
-                await listener.stop()
-            for _, runner, port, ctx in self._sites:
-                await web.TCPSite(runner, self._host, port, ssl_context=ctx).start()
+            self._down = None
 
     # -- addresses and wiring ------------------------------------------------------
 
