@@ -259,7 +259,7 @@ async def run_outage(
             for row in rows[:2]
         ],
         notes=[
-            "requests while down: what the emulator's outage listener recorded (each request "
+            "requests while down: what the emulator's outage gate recorded (each request "
             "is read, then its connection closed unanswered); with circuits it is about 5 per "
             "host to open the circuit plus one probe per cooldown (0.25 s doubling to 2 s)",
         ],
