@@ -102,6 +102,15 @@ class ServerProcess:
         assert self._proc is not None
         return self._proc.pid
 
+    def cpu_seconds(self) -> float:
+        """CPU time the child has used so far (user + system); NaN where /proc is missing."""
+        try:
+            with open(f"/proc/{self.pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            return float("nan")
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     async def _read(self) -> dict[str, Any]:
         assert self._proc is not None and self._proc.stdout is not None
         line = await self._proc.stdout.readline()

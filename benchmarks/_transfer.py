@@ -10,13 +10,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
 import aiohttp
 from _ceiling import ceiling_download
-from _measure import Contender, GiB, MiB, Sample, median, paired_ratio, paired_rounds
+from _measure import Contender, GiB, MiB, Run, Sample, median, paired_ratio, paired_rounds
 from _report import CaseResult, Column, target
 from _server import ServerProcess, token_for
 
@@ -331,10 +331,14 @@ async def run_download(size: int, rounds: int, work: Path) -> CaseResult:
         name="download",
         title=f"1. download {size / MiB:.0f} MiB to disk",
         server=SERVER,
-        columns=COLUMNS,
+        columns=[*COLUMNS[:-1], Column("server_cpu_per_wall", "server CPU/wall"), COLUMNS[-1]],
         rows=rows,
         targets=targets,
-        notes=notes,
+        notes=[
+            *notes,
+            "server CPU/wall: the receiving server's CPU seconds per wall second of the run; "
+            "near 1.0 the server sets the pace on this machine",
+        ],
         config={"size_mib": size / MiB, "rounds": rounds},
     )
 
@@ -390,9 +394,21 @@ async def run_upload(size: int, rounds: int, work: Path) -> CaseResult:
                 if not size <= received < size + 4096:
                     raise RuntimeError(f"the server received {received} bytes for {size}")
 
+            def server_cpu(run: Callable[[], Awaitable[object]]) -> Run:
+                # The receiving server's CPU in the same run: at 1.0 s per wall second it,
+                # not the client, sets the pace, and a leaner client shows only in its CPU.
+                async def measured() -> dict[str, float]:
+                    before = server.cpu_seconds()
+                    await run()
+                    return {"server_cpu": server.cpu_seconds() - before}
+
+                return measured
+
+            @server_cpu
             async def sdk() -> None:
                 await sbx.files.upload(UPLOADED, source)
 
+            @server_cpu
             async def raw() -> None:
                 check(await raw_upload(session, ends.url, source))
 
@@ -404,6 +420,7 @@ async def run_upload(size: int, rounds: int, work: Path) -> CaseResult:
             httpx_client = httpx.AsyncClient(timeout=60.0) if httpx is not None else None
             if httpx_client is not None:
 
+                @server_cpu
                 async def via_httpx() -> None:
                     check(await httpx_upload(httpx_client, ends, source))
 
@@ -418,6 +435,8 @@ async def run_upload(size: int, rounds: int, work: Path) -> CaseResult:
     source.unlink()
     ref = "raw aiohttp FormData(open file)"
     rows = _transfer_rows(samples, size, {name: ref for name in samples})
+    for row, runs in zip(rows, samples.values(), strict=True):
+        row["server_cpu_per_wall"] = median([s.extra["server_cpu"] / s.wall for s in runs])
     sdk_row = rows[0]
     targets = [
         target(f"throughput vs {ref}", sdk_row["x_throughput"], ">= 0.90"),
@@ -427,9 +446,13 @@ async def run_upload(size: int, rounds: int, work: Path) -> CaseResult:
         name="upload",
         title=f"2. upload {size / MiB:.0f} MiB (multipart)",
         server=SERVER,
-        columns=COLUMNS,
+        columns=[*COLUMNS[:-1], Column("server_cpu_per_wall", "server CPU/wall"), COLUMNS[-1]],
         rows=rows,
         targets=targets,
-        notes=notes,
+        notes=[
+            *notes,
+            "server CPU/wall: the receiving server's CPU seconds per wall second of the run; "
+            "near 1.0 the server sets the pace on this machine",
+        ],
         config={"size_mib": size / MiB, "rounds": rounds},
     )
