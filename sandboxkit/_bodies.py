@@ -34,6 +34,7 @@ from .errors import (
 __all__ = [
     "ERROR_BODY_LIMIT",
     "RING_MIN_BODY",
+    "LazyReadTimer",
     "StreamingResponse",
     "multipart_file",
     "read_capped",
@@ -96,6 +97,19 @@ class StreamingResponse:
     def content_length(self) -> int | None:
         """The declared body length, if any (of the coded bytes when `coding` is set)."""
         return self._response.content_length
+
+    def arrived_whole(self, size: int) -> bytes | None:
+        """The whole body if it has all arrived already, is not coded and is at most `size`
+        bytes (so it is one chunk of `iter_chunks(size)`); else None, and nothing is read."""
+        content = self._response.content
+        if (
+            self.coding is not None
+            or not content.is_eof()
+            or content.exception() is not None
+            or content.total_bytes > size
+        ):
+            return None
+        return content.read_nowait(-1)
 
     def iter_chunks(self, size: int) -> AsyncGenerator[bytes, None]:
         """Yield the body in chunks of at most `size` bytes, decoded if it was coded."""
@@ -275,6 +289,37 @@ class StreamingResponse:
                     if len(decoded) > limit:
                         break
         return bytes(decoded[:limit])
+
+
+class LazyReadTimer(aiohttp.client_proto.ResponseHandler):
+    """aiohttp's connection protocol, its `sock_read` timer moved lazily.
+
+    aiohttp cancels its read timer and makes a new one for every piece received: three
+    timer handles (and as many cancelled ones left in the loop's heap) for a small answer
+    whose head and body come in two pieces, about 5% of the client's time with 10,000 small
+    downloads (benchmarks/run.py --case hosts, py-spy). Here a piece only moves the due
+    time; the one timer, when it fires early, sets itself again for the due time. The
+    timeout keeps aiohttp's meaning (the longest wait for the peer between two pieces).
+    tests/test_read_timer.py fails if aiohttp stops calling `_reschedule_timeout`.
+    """
+
+    _read_due = 0.0
+
+    def _reschedule_timeout(self) -> None:
+        timeout = self._read_timeout
+        if not timeout:
+            self._drop_timeout()
+            return
+        self._read_due = self._loop.time() + timeout
+        if self._read_timeout_handle is None:
+            self._read_timeout_handle = self._loop.call_at(self._read_due, self._read_due_check)
+
+    def _read_due_check(self) -> None:
+        if self._loop.time() < self._read_due:  # a piece came since: wait for the new due time
+            self._read_timeout_handle = self._loop.call_at(self._read_due, self._read_due_check)
+            return
+        self._read_timeout_handle = None
+        self._on_read_timeout()
 
 
 def _quiet_read_timer(protocol: Any) -> None:

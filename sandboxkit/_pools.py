@@ -90,8 +90,8 @@ class HostPool(Generic[S]):
         """Feed an answer's status to the window: a 429 halves it, a success grows it."""
         if status == 429:
             self.on_throttled()
-        elif 200 <= status < 300:
-            self.on_success()
+        elif 200 <= status < 300 and self.window.size < self.window.maximum:
+            self.on_success()  # (a window at its maximum, the usual case, has nowhere to go)
 
     def on_throttled(self) -> None:
         """A 429 from this host: halve its window (others are untouched)."""
@@ -154,8 +154,39 @@ class HostPools(Generic[S]):
     @contextlib.asynccontextmanager
     async def lease(self, key: HostKey) -> AsyncIterator[HostPool[S]]:
         """Hold one of the host's request slots, and room for its socket, for one request."""
-        pool = self._checkout(key)
         borrower = object()
+        pool = self.lease_now(key, borrower) or await self.lease_wait(key, borrower)
+        try:
+            yield pool
+        finally:
+            if self.release(pool, borrower):
+                await self.close_released(pool)
+
+    def lease_now(self, key: HostKey, borrower: object) -> HostPool[S] | None:
+        """`lease`'s usual case without a coroutine: a free slot of the host's window and
+        a socket of its pool (or of the budget) taken at once for `borrower`; None, with
+        nothing held, when the request must wait (`lease_wait`)."""
+        pool = self._checkout(key)
+        try:
+            pool.limiter.acquire_on_behalf_of_nowait(borrower)
+        except anyio.WouldBlock:
+            pool.in_flight -= 1  # nothing noticed it: no await since `_checkout`
+            return None
+        if pool.active < pool.sockets and not pool.waiters:
+            pool.active += 1  # one of its sockets is free (or it has none open yet)
+            return pool
+        if pool.active >= pool.sockets and self._charged < self._limits.max_sandbox_connections:
+            pool.sockets += 1
+            self._charged += 1
+            pool.active += 1
+            return pool
+        pool.limiter.release_on_behalf_of(borrower)
+        pool.in_flight -= 1
+        return None
+
+    async def lease_wait(self, key: HostKey, borrower: object) -> HostPool[S]:
+        """Take the host's slot and socket for `borrower`, waiting for either as needed."""
+        pool = self._checkout(key)
         try:
             try:
                 # A free slot is taken without a yield: anyio's `acquire` always passes
@@ -165,21 +196,28 @@ class HostPools(Generic[S]):
                 await pool.limiter.acquire_on_behalf_of(borrower)
             try:
                 if pool.active < pool.sockets and not pool.waiters:
-                    pool.active += 1  # one of its sockets is free (or it has none open yet)
+                    pool.active += 1
                 else:
                     await self._take_socket(pool)
             except BaseException:
                 pool.limiter.release_on_behalf_of(borrower)
                 raise
         except BaseException:
-            await self._checkin(pool)
+            if self._checkin(pool):
+                await self.close_released(pool)
             raise
-        try:
-            yield pool
-        finally:
-            self._release_socket(pool)
-            pool.limiter.release_on_behalf_of(borrower)
-            await self._checkin(pool)
+        return pool
+
+    def release(self, pool: HostPool[S], borrower: object) -> bool:
+        """End `borrower`'s lease of `pool`; True when the pool must now be closed
+        (`close_released`): it was discarded while this request ran."""
+        self._release_socket(pool)
+        pool.limiter.release_on_behalf_of(borrower)
+        return self._checkin(pool)
+
+    async def close_released(self, pool: HostPool[S]) -> None:
+        """Close a discarded pool whose last request has ended."""
+        await self._close(pool)
 
     def _checkout(self, key: HostKey) -> HostPool[S]:
         pool = self._pools.get(key)
@@ -277,14 +315,16 @@ class HostPools(Generic[S]):
             pool.active += 1
             waiter.set_result(True)
 
-    async def _checkin(self, pool: HostPool[S]) -> None:
+    def _checkin(self, pool: HostPool[S]) -> bool:
+        """One request of `pool` ended; True when the pool is to be closed now."""
         pool.in_flight -= 1
         pool.last_used = self._clock()
         if pool.in_flight == 0:
             if pool.closing:
-                await self._close(pool)
-            elif self._waiters:  # an idle pool can be closed for another host's socket
+                return True
+            if self._waiters:  # an idle pool can be closed for another host's socket
                 self._wake_one()
+        return False
 
     async def _close(self, pool: HostPool[S], keep: HostPool[S] | None = None) -> bool:
         """Close a pool taken out of the LRU; its sockets are free once its session is shut.

@@ -9,22 +9,22 @@ aiohttp exception is translated (`_translate`); nothing above sees an aiohttp ob
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import ssl as ssl_module
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import aiohttp
 
 from ._answers import Reply, decipher
-from ._bodies import StreamingResponse, read_capped
+from ._bodies import LazyReadTimer, StreamingResponse, read_capped
 from ._circuits import Circuits
 from ._config import Limits, Timeout
 from ._events import origin_of
 from ._localhost import LocalhostResolver
-from ._pools import HostKey, HostPools
+from ._pools import HostKey, HostPool, HostPools
 from ._protocol import (
     ACCEPT_ENCODING,
     ACCESS_TOKEN,
@@ -36,7 +36,7 @@ from ._protocol import (
 from ._proxies import PROXY_AUTHORIZATION, ProxyRoutes
 from ._retry import is_outage
 from ._telemetry import Exchange, watching
-from ._translate import mapped, translate
+from ._translate import translate
 from ._version import __version__
 from .errors import ClientStateError, ResponseDecodeError, SandboxKitError
 
@@ -124,13 +124,16 @@ class Transport:
             )
 
     def _connector(self, limit: int) -> aiohttp.TCPConnector:
-        return aiohttp.TCPConnector(
+        connector = aiohttp.TCPConnector(
             limit=limit,
             limit_per_host=limit,
             ssl=self._ssl,
             resolver=self._resolver,
             enable_cleanup_closed=False,
         )
+        factory = functools.partial(LazyReadTimer, loop=asyncio.get_running_loop())
+        connector._factory = factory  # type: ignore[assignment]  # a subclass: same protocol
+        return connector
 
     def _proxied(self, origin: str, headers: dict[str, str]) -> dict[str, Any]:
         """A session's `headers=` and `proxy=` for its one origin, so the proxy is chosen
@@ -270,8 +273,7 @@ class Transport:
             headers[AUTHORIZATION] = self._authorization
         return headers
 
-    @contextlib.asynccontextmanager
-    async def open(
+    def open(
         self,
         host: HostKey,
         method: str,
@@ -279,69 +281,21 @@ class Transport:
         *,
         operation: str,
         timeout: Timeout,
-        params: Sequence[tuple[str, str]] = (),
+        params: Sequence[tuple[str, str]] | str = (),
         headers: Mapping[str, str] | None = None,
         data: Any = None,
-    ) -> AsyncIterator[StreamingResponse]:
+    ) -> AbstractAsyncContextManager[StreamingResponse]:
         """Send one data-plane request on the host's own pool; the body stays unread.
 
         The request holds one of the host's slots while it lasts, and the answer's status
         moves the host's window (a 429 halves it, a success grows it): callers never touch
         the pool. Only aiohttp's own calls are inside the error mapping: what the caller does
-        with the body (a disk write that fails, say) keeps its own exception.
+        with the body (a disk write that fails, say) keeps its own exception. `params` may be
+        a query string already written (`query_string`), which a download's retries reuse.
         """
-        self._check_open()  # a retry may find the client closed since the call began
-        async with self.hosts.lease(host) as pool:
-            # Begun once the host's slot is held: its elapsed time is the request's own.
-            watch = watching.get()
-            exchange = None if watch is None else Exchange(watch, method, origin_of(host.origin))
-            received = None
-            try:
-                if exchange is not None:
-                    headers = exchange.sending(dict(headers) if headers else None)
-                try:
-                    response = await mapped(
-                        pool.session.request(
-                            method,
-                            f"{path}?{query_string(params)}" if params else path,  # as in send()
-                            # Inline, as in send(): the token rides inside the tunnel only.
-                            headers={**(headers or {}), ACCESS_TOKEN: host.token},
-                            proxy_headers=self._tunnel_headers,
-                            data=data,
-                            timeout=_client_timeout(timeout),
-                            allow_redirects=False,
-                        ),
-                        operation,
-                    )
-                except SandboxKitError as error:
-                    if is_outage(error):
-                        self.circuits.failed(host.origin, str(error))
-                    raise
-                pool.observe(response.status)
-                self.circuits.answered(host.origin, response.status)
-                if exchange is not None:
-                    exchange.answered(response.status, response.headers)
-                self._refuse_if_closed(response)
-                self._reading.add(response)
-                streaming = StreamingResponse(response, operation, timeout.read)
-                try:
-                    yield streaming
-                finally:
-                    self._reading.discard(response)
-                    received = streaming.received  # as they came, coded or not
-                    # An unread body means the connection cannot be reused: drop it at once
-                    # rather than leave it half-read (cancellation included). A body read
-                    # below the parser (`_ring`) never leaves aiohttp's reader at its end.
-                    if response.content.at_eof():
-                        response.release()
-                    else:
-                        response.close()
-            except BaseException as exc:
-                if exchange is not None:
-                    exchange.end(exc, received)
-                raise
-            if exchange is not None:
-                exchange.end(None, received)
+        query = params if isinstance(params, str) else query_string(params)
+        target = f"{path}?{query}" if query else path  # written here, as in send()
+        return _Exchanged(self, host, method, target, operation, timeout, headers, data)
 
     def _refuse_if_closed(self, response: aiohttp.ClientResponse) -> None:
         # `aclose()` ran while this answer's head arrived: its body can never be read.
@@ -365,3 +319,128 @@ class Transport:
             self._control = None
         if self._own_resolver is not None:  # a caller's resolver is the caller's to close
             await self._own_resolver.close()
+
+
+class _Exchanged:
+    """`Transport.open`'s context: one request on its host's pool, its answer, its end.
+
+    A class rather than an `asynccontextmanager`: every download and upload passes here,
+    and the generator machinery cost more than the rest of this code (10,000 small
+    downloads, benchmarks/run.py --case hosts). The object itself is the lease's borrower.
+    """
+
+    __slots__ = (
+        "_data",
+        "_exchange",
+        "_headers",
+        "_host",
+        "_method",
+        "_operation",
+        "_pool",
+        "_response",
+        "_streaming",
+        "_target",
+        "_timeout",
+        "_transport",
+    )
+
+    def __init__(
+        self,
+        transport: Transport,
+        host: HostKey,
+        method: str,
+        target: str,
+        operation: str,
+        timeout: Timeout,
+        headers: Mapping[str, str] | None,
+        data: Any,
+    ) -> None:
+        self._transport = transport
+        self._host = host
+        self._method = method
+        self._target = target
+        self._operation = operation
+        self._timeout = timeout
+        self._headers = headers
+        self._data = data
+        self._pool: HostPool[aiohttp.ClientSession] | None = None
+        self._exchange: Exchange | None = None
+        self._response: aiohttp.ClientResponse | None = None
+        self._streaming: StreamingResponse | None = None
+
+    async def __aenter__(self) -> StreamingResponse:
+        transport = self._transport
+        transport._check_open()  # a retry may find the client closed since the call began
+        host = self._host
+        pools = transport.hosts
+        pool = pools.lease_now(host, self) or await pools.lease_wait(host, self)
+        self._pool = pool
+        try:
+            # Begun once the host's slot is held: its elapsed time is the request's own.
+            watch = watching.get()
+            exchange = None
+            headers = self._headers
+            if watch is not None:
+                exchange = self._exchange = Exchange(watch, self._method, origin_of(host.origin))
+                headers = exchange.sending(dict(headers) if headers else None)
+            try:
+                response = await pool.session.request(
+                    self._method,
+                    self._target,
+                    # Inline, as in send(): the token rides inside the tunnel only.
+                    headers={**(headers or {}), ACCESS_TOKEN: host.token},
+                    proxy_headers=transport._tunnel_headers,
+                    data=self._data,
+                    timeout=_client_timeout(self._timeout),
+                    allow_redirects=False,
+                )
+            except Exception as exc:  # _translate.mapped, inlined: as in send()
+                error: SandboxKitError | None = (
+                    exc if isinstance(exc, SandboxKitError) else translate(exc, self._operation)
+                )
+                if error is None:
+                    raise
+            else:
+                error = None
+            if error is not None:
+                if is_outage(error):
+                    transport.circuits.failed(host.origin, str(error))
+                raise error  # outside the except block: see _translate.mapped
+            pool.observe(response.status)
+            transport.circuits.answered(host.origin, response.status)
+            if exchange is not None:
+                exchange.answered(response.status, response.headers)
+            transport._refuse_if_closed(response)
+            self._response = response
+            transport._reading.add(response)
+            self._streaming = StreamingResponse(response, self._operation, self._timeout.read)
+            return self._streaming
+        except BaseException as exc:
+            await self._end(exc)
+            raise
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        await self._end(exc)
+
+    async def _end(self, exc: BaseException | None) -> None:
+        received = None
+        response = self._response
+        if response is not None:
+            self._response = None
+            self._transport._reading.discard(response)
+            assert self._streaming is not None
+            received = self._streaming.received  # as they came, coded or not
+            # An unread body means the connection cannot be reused: drop it at once rather
+            # than leave it half-read (cancellation included). A body read below the parser
+            # (`_ring`) never leaves aiohttp's reader at its end.
+            if response.content.at_eof():
+                response.release()
+            else:
+                response.close()
+        if self._exchange is not None:
+            self._exchange.end(exc, received)
+        pool, self._pool = self._pool, None
+        if pool is not None and self._transport.hosts.release(pool, self):
+            await self._transport.hosts.close_released(pool)

@@ -23,7 +23,14 @@ from .. import _operations as ops
 from .._bodies import StreamingResponse
 from .._cancel import raise_held, wait_through_cancels
 from .._config import CallOptions, Timeout
-from .._protocol import ACCEPT_RANGES, CONTENT_RANGE, FILES_PATH, RANGE, is_idempotent
+from .._protocol import (
+    ACCEPT_RANGES,
+    CONTENT_RANGE,
+    FILES_PATH,
+    RANGE,
+    is_idempotent,
+    query_string,
+)
 from .._resume import Action, Decision, Mode, ResponseInfo, ResumeState
 from .._retry import TryAgain, is_transient
 from ..errors import ResponseDecodeError, SandboxKitError, ValidationError
@@ -108,6 +115,10 @@ class Request:
     params: list[tuple[str, str]]
     chunk_size: int
     options: CallOptions
+    # Written once: every attempt and slice of the download sends the same query.
+    query: str = attrs.field(
+        init=False, default=attrs.Factory(lambda self: query_string(self.params), takes_self=True)
+    )
 
 
 async def fetch(
@@ -143,7 +154,7 @@ async def fetch(
             FILES_PATH,
             operation=OPERATION,
             timeout=timeout,
-            params=request.params,
+            params=request.query,
             headers=headers,
         ) as response:
             decision = state.on_response(response_info(response))
@@ -152,32 +163,48 @@ async def fetch(
             if decision.truncate:
                 await sink.truncate()
             stop = on_stream(state) if on_stream is not None else None
-            pieces = (
-                response.iter_pieces(request.chunk_size)
-                if getattr(sink, "views", False)  # optional: a sink without it gets bytes
-                else response.iter_chunks(request.chunk_size)
-            )
-            try:
-                # aclosing: a body read below the parser gives its connection back to aiohttp
-                # (to be closed) now, not whenever the generator is collected.
-                async with contextlib.aclosing(pieces) as chunks:
-                    async for chunk in chunks:
-                        if stop is not None and state.position + len(chunk) >= stop:
-                            chunk = chunk[: stop - state.position]
-                        received += len(chunk)
-                        skip, keep = state.on_chunk(len(chunk))
-                        if keep > skip:
-                            whole = keep - skip == len(chunk)
-                            await sink.write(chunk if whole else chunk[skip:keep])
-                        if progress is not None:
-                            progress(state.position, state.total)
-                        if stop is not None and state.position >= stop:
-                            await sink.flush()
-                            return None  # the connection is dropped, the body left unread
-            except SandboxKitError:
-                # What arrived before the cut is good: keep it so the next GET resumes there.
-                await sink.flush()
-                raise
+
+            async def take(chunk: Piece) -> bool:
+                """Put the part of `chunk` still wanted in the sink; True at `stop`."""
+                nonlocal received
+                if stop is not None and state.position + len(chunk) >= stop:
+                    chunk = chunk[: stop - state.position]
+                received += len(chunk)
+                skip, keep = state.on_chunk(len(chunk))
+                if keep > skip:
+                    whole = keep - skip == len(chunk)
+                    await sink.write(chunk if whole else chunk[skip:keep])
+                if progress is not None:
+                    progress(state.position, state.total)
+                if stop is not None and state.position >= stop:
+                    await sink.flush()
+                    return True
+                return False
+
+            body = response.arrived_whole(request.chunk_size)
+            if body is not None:
+                # The usual small file: its body came with its head, so there is nothing to
+                # wait for and no reader to start (three async generators a download).
+                if body and await take(body):
+                    return None
+            else:
+                pieces = (
+                    response.iter_pieces(request.chunk_size)
+                    if getattr(sink, "views", False)  # optional: a sink without it gets bytes
+                    else response.iter_chunks(request.chunk_size)
+                )
+                try:
+                    # aclosing: a body read below the parser gives its connection back to
+                    # aiohttp (to be closed) now, not whenever the generator is collected.
+                    async with contextlib.aclosing(pieces) as chunks:
+                        async for chunk in chunks:
+                            if await take(chunk):
+                                return None  # the connection is dropped, the body left unread
+                except SandboxKitError:
+                    # What arrived before the cut is good: keep it so the next GET resumes
+                    # there.
+                    await sink.flush()
+                    raise
             await sink.flush()
             return await _verdict(state.on_body_end(), response)
 

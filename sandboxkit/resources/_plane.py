@@ -9,7 +9,7 @@ beside them, a model, an emulator route and a test.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
 
@@ -67,12 +67,13 @@ class DataPlane:
         *,
         operation: str,
         timeout: Timeout,
-        params: Sequence[tuple[str, str]] = (),
+        params: Sequence[tuple[str, str]] | str = (),
         headers: dict[str, str] | None = None,
         data: Any = None,
     ) -> AbstractAsyncContextManager[StreamingResponse]:
         """One request on this host's pool (its 429 window moved by the answer); the body
-        stays unread. Use inside an attempt of `run`."""
+        stays unread. `params` may be a query already written. Use inside an attempt of
+        `run`."""
         return self.calls.transport.open(
             self.host,
             method,
@@ -84,7 +85,7 @@ class DataPlane:
             data=data,
         )
 
-    async def run(
+    def run(
         self,
         operation: str,
         attempt: Callable[[Timeout], Awaitable[T | TryAgain]],
@@ -93,9 +94,9 @@ class DataPlane:
         options: CallOptions = NO_OPTIONS,
         progress: Callable[[], int] | None = None,
         transfer: Transfer | None = None,
-    ) -> T:
-        """The client's one retry loop around `attempt` (see `Calls.run`)."""
-        return await self.calls.run(
+    ) -> Coroutine[Any, Any, T]:
+        """The client's one retry loop around `attempt` (see `Calls.run`), to be awaited."""
+        return self.calls.run(
             operation,
             attempt,
             idempotent=idempotent,

@@ -307,7 +307,7 @@ class _Run:
                 FILES_PATH,
                 operation=OPERATION,
                 timeout=timeout,
-                params=request.params,
+                params=request.query,
                 headers={RANGE: f"bytes={at}-{end - 1}"},
             ) as response:
                 decision, stop = judge_slice(
