@@ -72,6 +72,17 @@ class StreamingResponse:
     handed on decoded: callers only ever see the file's bytes. `coding` says it was coded.
     """
 
+    __slots__ = (
+        "_held",
+        "_operation",
+        "_read_timeout",
+        "_response",
+        "_ring",
+        "coding",
+        "headers",
+        "status",
+    )
+
     def __init__(
         self,
         response: aiohttp.ClientResponse,

@@ -94,7 +94,9 @@ class Calls:
         """
         self.transport.check_loop()  # the one check: every operation passes here first
         watch = None if self.telemetry is None else self.telemetry.start(operation, host)
-        token = watching.set(watch)  # the transport finds it there for each request
+        # The transport finds the watch there for each request. Setting the variable makes
+        # three objects: without a watch here or around, there is nothing to change.
+        token = watching.set(watch) if watch is not None or watching.get() is not None else None
         try:
             timeout = options.timeout or self.timeout
             policy = self.policy_for(options)
@@ -122,7 +124,8 @@ class Calls:
                 watch.end(exc, transfer)
             raise
         finally:
-            watching.reset(token)
+            if token is not None:
+                watching.reset(token)
         if watch is not None:
             watch.end(None, transfer)
         return result

@@ -189,7 +189,8 @@ def check_remote_path(path: Any) -> str:
         raise _fail("remote path", "must not contain NUL", path)
     if not _utf8(path):
         raise _fail("remote path", "must be valid Unicode (no lone surrogates)", path)
-    if any(part in (".", "..") for part in path.split("/")):
+    segments = path + "/"  # absolute: every segment now sits between two slashes
+    if "/./" in segments or "/../" in segments:
         raise _fail("remote path", "must not contain '.' or '..' segments", path)
     return path
 

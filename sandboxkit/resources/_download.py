@@ -141,15 +141,62 @@ async def fetch(
             returns, if not None, is the offset at which to stop reading that body (the rest
             of the file is fetched by others: `_ranged`), and fetch then returns not done.
     """
-    plane = request.plane
-    state = state if state is not None else ResumeState(mode)
-    received = 0  # the file's bytes that came, every attempt's (its span tells them)
+    download = _Fetch(
+        request, sink, progress, state if state is not None else ResumeState(mode), on_stream
+    )
+    await request.plane.run(
+        OPERATION,
+        download.attempt,
+        idempotent=is_idempotent("GET"),
+        options=request.options,
+        # A try after which more bytes are held does not count against max_attempts.
+        progress=download.held,
+        transfer=download.moved,
+    )
+    return download.state
 
-    async def attempt(timeout: Timeout) -> TryAgain | None:
-        nonlocal received
+
+class _Fetch:
+    """One download's attempts over one resume state (`fetch`).
+
+    A class rather than closures: each closure cell, function and coroutine is an object the
+    garbage collector walks while the download is in flight, and with 10,000 small downloads
+    at once (benchmarks/run.py --case hosts) the collector was most of what sandboxkit cost
+    over raw aiohttp.
+    """
+
+    __slots__ = ("on_stream", "progress", "received", "request", "sink", "state", "stop")
+
+    def __init__(
+        self,
+        request: Request,
+        sink: _Sink,
+        progress: Progress | None,
+        state: ResumeState,
+        on_stream: Callable[[ResumeState], int | None] | None,
+    ) -> None:
+        self.request = request
+        self.sink = sink
+        self.progress = progress
+        self.state = state
+        self.on_stream = on_stream
+        self.received = 0  # the file's bytes that came, every attempt's (its span tells them)
+        self.stop: int | None = None  # where this answer's body stops being read
+
+    def held(self) -> int:
+        """The bytes held: a try after which there are more moved the transfer forward."""
+        return self.state.high_water
+
+    def moved(self) -> tuple[int, int]:
+        """(bytes received, resumes), for the operation's span."""
+        return self.received, self.state.resumes
+
+    async def attempt(self, timeout: Timeout) -> TryAgain | None:
+        """One GET, from where the state says, its body into the sink."""
+        request, state, sink = self.request, self.state, self.sink
         start = state.begin_request()
         headers = {RANGE: f"bytes={start}-"} if start is not None else None
-        async with plane.open(
+        async with request.plane.open(
             "GET",
             FILES_PATH,
             operation=OPERATION,
@@ -158,34 +205,18 @@ async def fetch(
             headers=headers,
         ) as response:
             decision = state.on_response(response_info(response))
+            if decision.action is Action.ERROR:
+                raise await response.error()
             if decision.action is not Action.STREAM:
-                return await _verdict(decision, response)
+                return _verdict(decision, response.status)
             if decision.truncate:
                 await sink.truncate()
-            stop = on_stream(state) if on_stream is not None else None
-
-            async def take(chunk: Piece) -> bool:
-                """Put the part of `chunk` still wanted in the sink; True at `stop`."""
-                nonlocal received
-                if stop is not None and state.position + len(chunk) >= stop:
-                    chunk = chunk[: stop - state.position]
-                received += len(chunk)
-                skip, keep = state.on_chunk(len(chunk))
-                if keep > skip:
-                    whole = keep - skip == len(chunk)
-                    await sink.write(chunk if whole else chunk[skip:keep])
-                if progress is not None:
-                    progress(state.position, state.total)
-                if stop is not None and state.position >= stop:
-                    await sink.flush()
-                    return True
-                return False
-
+            self.stop = self.on_stream(state) if self.on_stream is not None else None
             body = response.arrived_whole(request.chunk_size)
             if body is not None:
                 # The usual small file: its body came with its head, so there is nothing to
                 # wait for and no reader to start (three async generators a download).
-                if body and await take(body):
+                if body and await self._take(body):
                     return None
             else:
                 pieces = (
@@ -198,7 +229,7 @@ async def fetch(
                     # aiohttp (to be closed) now, not whenever the generator is collected.
                     async with contextlib.aclosing(pieces) as chunks:
                         async for chunk in chunks:
-                            if await take(chunk):
+                            if await self._take(chunk):
                                 return None  # the connection is dropped, the body left unread
                 except SandboxKitError:
                     # What arrived before the cut is good: keep it so the next GET resumes
@@ -206,18 +237,24 @@ async def fetch(
                     await sink.flush()
                     raise
             await sink.flush()
-            return await _verdict(state.on_body_end(), response)
+            return _verdict(state.on_body_end(), response.status)
 
-    await plane.run(
-        OPERATION,
-        attempt,
-        idempotent=is_idempotent("GET"),
-        options=request.options,
-        # A try after which more bytes are held does not count against max_attempts.
-        progress=lambda: state.high_water,
-        transfer=lambda: (received, state.resumes),
-    )
-    return state
+    async def _take(self, chunk: Piece) -> bool:
+        """Put the part of `chunk` still wanted in the sink; True once at `stop`."""
+        state, stop = self.state, self.stop
+        if stop is not None and state.position + len(chunk) >= stop:
+            chunk = chunk[: stop - state.position]
+        self.received += len(chunk)
+        skip, keep = state.on_chunk(len(chunk))
+        if keep > skip:
+            whole = keep - skip == len(chunk)
+            await self.sink.write(chunk if whole else chunk[skip:keep])
+        if self.progress is not None:
+            self.progress(state.position, state.total)
+        if stop is not None and state.position >= stop:
+            await self.sink.flush()
+            return True
+        return False
 
 
 def response_info(response: StreamingResponse) -> ResponseInfo:
@@ -231,14 +268,13 @@ def response_info(response: StreamingResponse) -> ResponseInfo:
     )
 
 
-async def _verdict(decision: Decision, response: StreamingResponse) -> TryAgain | None:
-    """What the retry loop is told: done (None), carry on (TryAgain), or an exception."""
+def _verdict(decision: Decision, status: int) -> TryAgain | None:
+    """What the retry loop is told of a decision (not ERROR, which reads the answer's body):
+    done (None), carry on (TryAgain), or an exception."""
     if decision.action is Action.RETRY:
         return TryAgain(decision.reason)
     if decision.action is Action.FAIL:
-        raise ResponseDecodeError(f"{OPERATION}: {decision.reason}", status=response.status)
-    if decision.action is Action.ERROR:
-        raise await response.error()
+        raise ResponseDecodeError(f"{OPERATION}: {decision.reason}", status=status)
     return None  # DONE, or a body that ended where it should
 
 
