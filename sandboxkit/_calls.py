@@ -155,7 +155,8 @@ class Calls:
         failure: SandboxKitError | TryAgain | None = None
         while True:
             probe = None
-            if host is not None:
+            # Asked here first: a host with no failure on record (the usual) has no circuit.
+            if host is not None and self.transport.circuits.get(host) is not None:
                 probe = await self._wait_for_host(host, stalled_at, failure, operation, policy)
             counted += 1
             before = progress() if progress is not None else 0

@@ -223,6 +223,8 @@ class ProxyRoutes:
         """The proxy for requests to `origin` (`scheme://host[:port]`), or None (direct)."""
         if self.everywhere is not None:
             return self.everywhere
+        if self.http is None and self.https is None:
+            return None  # the usual: no proxy set (asked for each new host's pool)
         parts = urlsplit(origin)
         scheme = parts.scheme.lower()
         proxy = self.https if scheme == "https" else self.http if scheme == "http" else None

@@ -71,21 +71,31 @@ class _Sink(Protocol):
 
 
 class _MemorySink:
-    """The whole file in memory (`read_bytes`)."""
+    """The whole file in memory (`read_bytes`).
 
-    views = True  # each piece is copied into `data` at once
+    Pieces are kept and joined at the end rather than appended to a bytearray: the usual
+    small file is one `bytes` piece, which `join` hands back as it is, so its body is never
+    copied (a bytearray and `bytes()` of it would copy it twice).
+    """
+
+    views = True  # a view is copied at once: kept, it would keep its whole receive buffer
+
+    __slots__ = ("pieces",)
 
     def __init__(self) -> None:
-        self.data = bytearray()
+        self.pieces: list[bytes] = []
 
     async def write(self, data: Piece) -> None:
-        self.data += data
+        self.pieces.append(data if type(data) is bytes else bytes(data))
 
     async def flush(self) -> None:
         pass
 
     async def truncate(self) -> None:
-        self.data.clear()
+        self.pieces.clear()
+
+    def value(self) -> bytes:
+        return b"".join(self.pieces)
 
 
 class _ChannelSink:
@@ -380,7 +390,7 @@ async def read_all(request: Request) -> bytes:
     """Download into memory."""
     sink = _MemorySink()
     await fetch(request, "file", sink)
-    return bytes(sink.data)
+    return sink.value()
 
 
 async def stream_chunks(request: Request) -> AsyncGenerator[bytes, None]:
