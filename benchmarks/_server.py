@@ -5,7 +5,8 @@ Two kinds, started by `ServerProcess` (parent side) as `python _server.py KIND C
 * ``minimal``: a small aiohttp.web server with the data-plane and control-plane routes, for
   the cases where the emulator's own per-request cost would dominate what is measured.
   ``GET /files`` answers with ``web.FileResponse`` (sendfile, Range support) or, for files
-  under 1 MiB, from memory; ``POST /files`` counts the body and drops it. Any host
+  under 1 MiB, from memory; ``POST /files`` counts the body and drops it (and so does the
+  lean receiver of `_sink.py`, on its own port, ``sink_domain``, for case 2). Any host
   ``{key}.sandbox.test:PORT`` is a sandbox whose token is `token_for(secret, key)`.
   ``GET /api/v2/templates/{id}/builds`` serves pages the real emulator rendered (it runs in
   the same process and fills a cache at start-up), so the bytes on the wire are the
@@ -31,6 +32,8 @@ import sys
 from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
+
+from _sink import start_sink
 
 MiB = 1 << 20
 SMALL_FILE_LIMIT = MiB
@@ -228,6 +231,7 @@ async def _minimal(config: dict[str, Any]) -> None:
         runners.append(runner)
         ports.append(int(runner.addresses[-1][1]))
     connections = _count_connections(runners[1].server)
+    sink = await start_sink(host)
     try:
         templates = await _render_pages(config, pages)
         _announce(
@@ -235,6 +239,7 @@ async def _minimal(config: dict[str, Any]) -> None:
                 "base_url": f"http://{host}:{ports[0]}",
                 "api_key": api_key,
                 "domain": f"{DATA_PLANE_SUFFIX}:{ports[1]}",
+                "sink_domain": f"{DATA_PLANE_SUFFIX}:{sink.sockets[0].getsockname()[1]}",
                 "secret": secret,
                 **templates,
             }
@@ -249,6 +254,7 @@ async def _minimal(config: dict[str, Any]) -> None:
 
         await _command_loop(handle)
     finally:
+        sink.close()
         for runner in runners:
             await runner.cleanup()
 

@@ -1,4 +1,5 @@
-"""Case 1 across checkouts: sandboxkit from two (or more) source trees and the ceiling.
+"""Cases 1 and 2 across checkouts: sandboxkit from two (or more) source trees, beside the
+ceiling (downloads) or raw aiohttp (uploads, to `_sink.py`'s lean receiver).
 
 Every run is a fresh child process (so each contender's CPU is its own, and each imports
 sandboxkit from the tree it was given via PYTHONPATH) against one minimal server; the
@@ -8,6 +9,7 @@ Usage::
 
     python benchmarks/compare_download.py --tree main=/work/main --tree new=. \
         --size-mib 1024 --rounds 5
+    python benchmarks/compare_download.py --upload --tree before=../old --tree new=.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ HERE = Path(__file__).resolve().parent
 
 
 def _child(spec: dict[str, Any]) -> None:
-    """One measured download; prints its figures as one JSON line."""
+    """One measured download or upload; prints its figures as one JSON line."""
     from _measure import Sampler
     from _transfer import BIG, KEY, Endpoints
 
@@ -55,6 +57,11 @@ def _child(spec: dict[str, Any]) -> None:
         figures["rss_growth"] = sampler.peak_rss - sampler.start_rss
         return result
 
+    if spec["kind"] == "upload":
+        measured(lambda: asyncio.run(_upload(spec, figures)))
+        figures["size"] = Path(spec["source"]).stat().st_size
+        print(json.dumps(figures), flush=True)
+        return
     if spec["kind"] == "ceiling":
         from _ceiling import ceiling_download
 
@@ -84,6 +91,39 @@ def _child(spec: dict[str, Any]) -> None:
     print(json.dumps(figures), flush=True)
 
 
+async def _upload(spec: dict[str, Any], figures: dict[str, Any]) -> None:
+    # The receiver answers only once it counted the whole Content-Length (or last chunk).
+    from _transfer import KEY, UPLOADED, Endpoints, raw_upload
+
+    ends = Endpoints({**spec["info"], "domain": spec["info"]["sink_domain"]})
+    source = Path(spec["source"])
+    if spec["raw"]:
+        import aiohttp
+
+        from sandboxkit.emulator import EmulatorResolver
+
+        async with aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(resolver=EmulatorResolver()),
+            headers={"X-Access-Token": ends.token},
+        ) as session:
+            received = await raw_upload(session, ends.url, source)
+        if received < spec["size"]:
+            raise RuntimeError(f"the receiver counted {received} bytes")
+        return
+    import sandboxkit
+    from sandboxkit.emulator import EmulatorResolver
+
+    figures["sandboxkit"] = sandboxkit.__file__
+    async with sandboxkit.Client(
+        api_key=ends.api_key,
+        base_url=ends.base_url,
+        data_plane_scheme="http",
+        resolver=EmulatorResolver(),
+    ) as client:
+        sbx = client.sandbox(sandbox_key=KEY, domain=ends.domain, access_token=ends.token)
+        await sbx.files.upload(UPLOADED, source)
+
+
 def _run_child(spec: dict[str, Any], pythonpath: str | None) -> dict[str, Any]:
     env = dict(os.environ)
     if pythonpath is not None:
@@ -103,33 +143,46 @@ async def _main(args: argparse.Namespace) -> None:
     from _transfer import BIG, make_file
 
     size = args.size_mib * MiB
-    trees = args.trees
+    # Each contender: a name, what the child does, the tree on its PYTHONPATH, whether it
+    # hashes (downloads) or is raw aiohttp (uploads). Ratios are against the last name.
+    reference = "raw-aiohttp" if args.upload else "ceiling"
+    contenders: list[tuple[str, str, str | None, bool]] = []
+    if args.upload:
+        contenders = [(name, "upload", path, False) for name, path in args.trees]
+        contenders.append((reference, "upload", None, True))
+    else:
+        for hashing in (True, False):
+            contenders += [(name, "sdk", path, hashing) for name, path in args.trees]
+            contenders.append((reference, "ceiling", None, hashing))
+    samples: dict[str, list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory(prefix="sandboxkit-compare-") as tmp:
         work = Path(tmp)
         (work / "data/home/user").mkdir(parents=True)
-        expected = make_file(work / "data" / BIG.lstrip("/"), size)
+        source = work / "data" / BIG.lstrip("/")
+        expected = make_file(source, size)
         async with ServerProcess("minimal", {"data_dir": str(work / "data")}) as server:
-            contenders: list[tuple[str, str, str | None, bool]] = []
-            for hashing in (True, False):
-                for name, path in trees:
-                    contenders.append((name, "sdk", path, hashing))
-                contenders.append(("ceiling", "ceiling", None, hashing))
-            samples: dict[str, list[dict[str, Any]]] = {}
             for index in range(args.rounds):
                 order = contenders if index % 2 == 0 else contenders[::-1]
-                for name, kind, pythonpath, hashing in order:
+                for name, kind, pythonpath, flag in order:
                     dest = work / "out.bin"
                     spec = {
                         "kind": kind,
                         "info": server.info,
                         "dest": str(dest),
-                        "hashing": hashing,
+                        "source": str(source),
+                        "size": size,
+                        "hashing": flag,
+                        "raw": flag,
                     }
                     figures = await asyncio.to_thread(_run_child, spec, pythonpath)
-                    dest.unlink()
-                    if figures["size"] != size or (hashing and figures["sha256"] != expected):
+                    if kind != "upload":
+                        dest.unlink()
+                    if figures["size"] != size or (
+                        kind != "upload" and flag and figures["sha256"] != expected
+                    ):
                         raise RuntimeError(f"{name}: wrong bytes {figures}")
-                    label = f"{name} {'sha256' if hashing else 'no hash'}"
+                    what = "upload" if kind == "upload" else "sha256" if flag else "no hash"
+                    label = f"{name} {what}"
                     if index == 0 and "sandboxkit" in figures:
                         print(f"{name}: {figures['sandboxkit']}", file=sys.stderr)
                     samples.setdefault(label, []).append(figures)
@@ -141,11 +194,11 @@ async def _main(args: argparse.Namespace) -> None:
                         flush=True,
                     )
     gib = size / GiB
-    print(f"{args.rounds} rounds, {args.size_mib} MiB; medians (paired ratios vs ceiling)")
+    print(f"{args.rounds} rounds, {args.size_mib} MiB; medians (paired ratios vs {reference})")
     for label, runs in samples.items():
-        ceiling = samples["ceiling " + label.split(" ", 1)[1]]
-        tput = statistics.median(b["wall"] / a["wall"] for a, b in zip(runs, ceiling, strict=True))
-        cpu = statistics.median(a["cpu"] / b["cpu"] for a, b in zip(runs, ceiling, strict=True))
+        ref = samples[f"{reference} {label.split(' ', 1)[1]}"]
+        tput = statistics.median(b["wall"] / a["wall"] for a, b in zip(runs, ref, strict=True))
+        cpu = statistics.median(a["cpu"] / b["cpu"] for a, b in zip(runs, ref, strict=True))
         print(
             f"{label:24} {statistics.median(size / 1e9 / r['wall'] for r in runs):6.3f} GB/s "
             f"{statistics.median(r['cpu'] / gib for r in runs):6.3f} CPU s/GiB "
@@ -153,6 +206,12 @@ async def _main(args: argparse.Namespace) -> None:
             f"x tput {tput:5.3f}  x CPU {cpu:5.3f}  "
             f"peak RSS +{max(r['rss_growth'] for r in runs) / MiB:5.1f} MiB"
         )
+    if len(args.trees) == 2 and args.upload:
+        # The figure issue 18 asks of uploads: one tree's speed over another's, paired.
+        (a, _), (b, _) = args.trees
+        first, second = samples[f"{a} upload"], samples[f"{b} upload"]
+        ratio = statistics.median(x["wall"] / y["wall"] for x, y in zip(first, second, strict=True))
+        print(f"{b} over {a}: {ratio:.3f}x the throughput (median of paired rounds)")
 
 
 def main() -> None:
@@ -162,6 +221,7 @@ def main() -> None:
     parser.add_argument("--tree", action="append", default=[], help="NAME=PATH of a checkout")
     parser.add_argument("--size-mib", type=int, default=1024)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--upload", action="store_true", help="case 2 (uploads) instead of 1")
     args = parser.parse_args()
     if args.child:
         _child(json.loads(args.child))
