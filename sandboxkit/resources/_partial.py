@@ -142,7 +142,10 @@ def open_part(dest: Path, of: PartOf, *, resume: bool, sliced: bool = False) -> 
     if done and seen is not None:
         part.held, part.total, part.done = prefix(done), seen["total"], done
         part.sliced = sliced and "done" in seen
-    else:  # nothing, or bytes of something else: never appended to
+    elif size:  # bytes of something else (or unvouched): never appended to
+        # Only when there are bytes to drop: on ext4 a truncate to zero (even of an empty
+        # file) makes close() write the whole new file back first (auto_da_alloc), which
+        # cost 0.58 s per GiB downloaded, in the commit.
         handle.truncate(0)
     return part
 
