@@ -13,6 +13,7 @@ round saw about the same machine.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import resource
@@ -20,12 +21,48 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 MiB = 1 << 20
 GiB = 1 << 30
+
+# On a VM with free page reporting (virtio-balloon), memory freed for a moment is handed
+# back to the host, and the next write into fresh page cache faults it in again: 512 MiB
+# written to a file took 1.0-1.3 s of system time instead of 0.12 s, on whichever contender
+# ran after a pause (download figures swung 4x between rounds). Holding freed pages for a
+# minute before they are reported removes that, for the run only.
+PAGE_REPORTING = Path("/sys/module/page_reporting/parameters/min_free_ms")
+HOLD_FREE_MS = "60000"
+
+
+@contextlib.contextmanager
+def free_pages_held(hold: bool) -> Iterator[str | None]:
+    """Within: freed pages held `HOLD_FREE_MS` before the host gets them, when `hold` and
+    this machine has the knob (root only); yields a line for the report, or None where
+    there is nothing to say. The knob's value is put back on the way out."""
+    try:
+        before = PAGE_REPORTING.read_text().strip()
+    except OSError:  # no page reporting here: nothing to hold
+        yield None
+        return
+    if not hold:
+        yield (
+            f"free page reporting is on ({PAGE_REPORTING.name}={before}): transfer figures "
+            "swing with it; --hold-free-pages (root) holds freed pages during the run"
+        )
+        return
+    try:
+        PAGE_REPORTING.write_text(HOLD_FREE_MS)
+    except OSError as exc:
+        yield f"--hold-free-pages: could not write {PAGE_REPORTING}: {exc.strerror or exc}"
+        return
+    try:
+        yield f"free pages held {HOLD_FREE_MS} ms before the host gets them (was {before})"
+    finally:
+        PAGE_REPORTING.write_text(before)
 
 
 def resident_bytes() -> int:

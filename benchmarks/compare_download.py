@@ -30,6 +30,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _measure import free_pages_held
+
 MiB = 1 << 20
 GiB = 1 << 30
 HERE = Path(__file__).resolve().parent
@@ -222,6 +224,11 @@ def main() -> None:
     parser.add_argument("--size-mib", type=int, default=1024)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--upload", action="store_true", help="case 2 (uploads) instead of 1")
+    parser.add_argument(
+        "--hold-free-pages",
+        action="store_true",
+        help="root, on a VM with free page reporting: hold freed pages during the run",
+    )
     args = parser.parse_args()
     if args.child:
         _child(json.loads(args.child))
@@ -229,7 +236,10 @@ def main() -> None:
     if not args.tree:
         args.tree = [f"this={HERE.parent}"]
     args.trees = [(n, str(Path(p).resolve())) for n, p in (t.split("=", 1) for t in args.tree)]
-    asyncio.run(_main(args))
+    with free_pages_held(args.hold_free_pages) as held:
+        if held is not None:
+            print(f"memory: {held}", flush=True)
+        asyncio.run(_main(args))
 
 
 if __name__ == "__main__":

@@ -50,7 +50,7 @@ import _hosts
 import _link
 import _survive
 import _transfer
-from _measure import MiB, describe_machine
+from _measure import MiB, describe_machine, free_pages_held
 from _report import CaseResult, print_case
 
 
@@ -150,6 +150,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--rounds", type=int, help="paired rounds (default 5; --quick: 1)")
     parser.add_argument("--size-mib", type=int, help="transfer size of cases 1, 2 and 8")
+    parser.add_argument(
+        "--hold-free-pages",
+        action="store_true",
+        help="root, on a VM with free page reporting: hold freed pages during the run",
+    )
     link = parser.add_argument_group("case 8 (link)")
     link.add_argument("--rtt-ms", type=float, default=40.0, help="round-trip time (40)")
     link.add_argument("--loss", type=float, default=0.0, help="packets dropped, percent (0)")
@@ -186,7 +191,10 @@ def main(argv: list[str] | None = None) -> int:
         "machine: " + ", ".join(f"{k}={v}" for k, v in machine.items() if k != "platform"),
         file=log,
     )
-    report = asyncio.run(run_all(names, sizes, rounds, log))
+    with free_pages_held(args.hold_free_pages) as held:
+        if held is not None:
+            print(f"memory: {held}", file=log)
+        report = asyncio.run(run_all(names, sizes, rounds, log))
     if args.json:
         json.dump(report, sys.stdout, indent=2)
         sys.stdout.write("\n")
