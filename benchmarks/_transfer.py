@@ -35,7 +35,8 @@ UPLOADED = "/home/user/uploaded.bin"
 WRITE_BATCH = MiB
 CEILING_SHA = "ceiling: socket recv_into 4 MiB ring, hash + write threads, sha256"
 CEILING = "ceiling: socket recv_into 4 MiB ring, write thread"
-SERVER = "minimal aiohttp.web (benchmarks/_server.py): GET via sendfile, POST drained"
+SERVER = "minimal aiohttp.web (benchmarks/_server.py): GET via sendfile"
+UPLOAD_SERVER = "lean receiver (benchmarks/_sink.py): POST counted and dropped"
 
 
 def make_file(path: Path, size: int) -> str:
@@ -446,7 +447,7 @@ async def run_upload(size: int, rounds: int, work: Path) -> CaseResult:
     return CaseResult(
         name="upload",
         title=f"2. upload {size / MiB:.0f} MiB (multipart)",
-        server=SERVER,
+        server=UPLOAD_SERVER,
         columns=[*COLUMNS[:-1], Column("server_cpu_per_wall", "server CPU/wall"), COLUMNS[-1]],
         rows=rows,
         targets=targets,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import resource
@@ -25,6 +26,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -40,12 +42,17 @@ HERE = Path(__file__).resolve().parent
 def _child(spec: dict[str, Any]) -> None:
     """One measured download or upload; prints its figures as one JSON line."""
     from _measure import Sampler
-    from _transfer import BIG, KEY, Endpoints
+    from _transfer import BIG, Endpoints
 
     ends = Endpoints(spec["info"])
     dest = Path(spec["dest"])
     hashing = bool(spec["hashing"])
     figures: dict[str, Any] = {}
+    if spec["kind"] != "ceiling":
+        # Imported before the clock starts: a run measures the transfer, not the imports.
+        import aiohttp  # noqa: F401
+
+        import sandboxkit.emulator  # noqa: F401
 
     def measured(run: Any) -> Any:
         with Sampler() as sampler:
@@ -71,19 +78,9 @@ def _child(spec: dict[str, Any]) -> None:
             lambda: ceiling_download(ends.port, ends.host, ends.token, BIG, dest, hashing)
         )
     else:
-        import sandboxkit
-        from sandboxkit.emulator import EmulatorResolver
-
-        figures["sandboxkit"] = sandboxkit.__file__
 
         async def main() -> str | None:
-            async with sandboxkit.Client(
-                api_key=ends.api_key,
-                base_url=ends.base_url,
-                data_plane_scheme="http",
-                resolver=EmulatorResolver(),
-            ) as client:
-                sbx = client.sandbox(sandbox_key=KEY, domain=ends.domain, access_token=ends.token)
+            async with _sandbox(ends, figures) as sbx:
                 result = await sbx.files.download(BIG, dest, checksum=hashing)
                 return result.sha256
 
@@ -95,7 +92,7 @@ def _child(spec: dict[str, Any]) -> None:
 
 async def _upload(spec: dict[str, Any], figures: dict[str, Any]) -> None:
     # The receiver answers only once it counted the whole Content-Length (or last chunk).
-    from _transfer import KEY, UPLOADED, Endpoints, raw_upload
+    from _transfer import UPLOADED, Endpoints, raw_upload
 
     ends = Endpoints({**spec["info"], "domain": spec["info"]["sink_domain"]})
     source = Path(spec["source"])
@@ -112,6 +109,16 @@ async def _upload(spec: dict[str, Any], figures: dict[str, Any]) -> None:
         if received < spec["size"]:
             raise RuntimeError(f"the receiver counted {received} bytes")
         return
+    async with _sandbox(ends, figures) as sbx:
+        await sbx.files.upload(UPLOADED, source)
+
+
+@contextlib.asynccontextmanager
+async def _sandbox(ends: Any, figures: dict[str, Any]) -> AsyncIterator[Any]:
+    """The sandbox of the minimal server, on a client from the tree on PYTHONPATH (whose
+    path goes in `figures`, so a run shows which tree it measured)."""
+    from _transfer import KEY
+
     import sandboxkit
     from sandboxkit.emulator import EmulatorResolver
 
@@ -122,8 +129,7 @@ async def _upload(spec: dict[str, Any], figures: dict[str, Any]) -> None:
         data_plane_scheme="http",
         resolver=EmulatorResolver(),
     ) as client:
-        sbx = client.sandbox(sandbox_key=KEY, domain=ends.domain, access_token=ends.token)
-        await sbx.files.upload(UPLOADED, source)
+        yield client.sandbox(sandbox_key=KEY, domain=ends.domain, access_token=ends.token)
 
 
 def _run_child(spec: dict[str, Any], pythonpath: str | None) -> dict[str, Any]:
