@@ -33,7 +33,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
-from _sink import start_sink
+from _sink import start_sink, upload_answer
 
 MiB = 1 << 20
 SMALL_FILE_LIMIT = MiB
@@ -184,8 +184,8 @@ async def _minimal(config: dict[str, Any]) -> None:
         received = 0
         while chunk := await request.content.readany():
             received += len(chunk)
-        entry = {"path": remote, "name": remote.rsplit("/", 1)[-1], "type": "file"}
-        return web.json_response([entry], headers={"X-Bench-Received": str(received)})
+        answer = upload_answer(remote)
+        return web.json_response(answer, headers={"X-Bench-Received": str(received)})
 
     pages: dict[tuple[str, str, str], tuple[bytes, str]] = {}
     api_key = "sk-bench-" + secret[:16]

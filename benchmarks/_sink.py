@@ -19,6 +19,11 @@ BUFFER = 1 << 20
 HEAD_LIMIT = 64 << 10
 
 
+def upload_answer(path: str) -> list[dict[str, str]]:
+    """What `POST /files` answers for `path` (one `FileEntry`), here and in `_server.py`."""
+    return [{"path": path, "name": path.rsplit("/", 1)[-1], "type": "file"}]
+
+
 class _Receiver(asyncio.BufferedProtocol):
     """One connection: a head, then a body counted down, then the answer, and again."""
 
@@ -43,7 +48,9 @@ class _Receiver(asyncio.BufferedProtocol):
 
     def buffer_updated(self, nbytes: int) -> None:
         data = self.buffer[:nbytes]
-        while data:
+        assert self.transport is not None
+        # After a refusal the connection is closing: what follows it is not read.
+        while data and not self.transport.is_closing():
             if self.remaining == -1:
                 data = self._head(data)
             elif self.remaining == -2:
@@ -114,8 +121,7 @@ class _Receiver(asyncio.BufferedProtocol):
         if not self.authorized:
             self._fail(b"401 Unauthorized")
             return
-        name = self.path.rsplit("/", 1)[-1]
-        body = json.dumps([{"path": self.path, "name": name, "type": "file"}]).encode()
+        body = json.dumps(upload_answer(self.path)).encode()
         self.transport.write(
             b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
             b"X-Bench-Received: %d\r\nContent-Length: %d\r\n\r\n%s"

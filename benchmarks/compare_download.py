@@ -179,8 +179,8 @@ async def _main(args: argparse.Namespace) -> None:
                         "dest": str(dest),
                         "source": str(source),
                         "size": size,
-                        "hashing": flag,
-                        "raw": flag,
+                        "hashing": flag and kind != "upload",
+                        "raw": flag and kind == "upload",
                     }
                     figures = await asyncio.to_thread(_run_child, spec, pythonpath)
                     if kind != "upload":

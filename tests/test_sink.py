@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,23 @@ async def connection() -> AsyncIterator[Connection]:
     writer.close()
     server.close()
     await server.wait_closed()
+
+
+@pytest.fixture
+def sink_in_a_thread() -> Iterator[int]:
+    """A receiver on its own loop in a thread (its port): one that spins on its input fails
+    the test on a timeout instead of stopping the test's own loop for good."""
+    loop = asyncio.new_event_loop()
+    server = loop.run_until_complete(start_sink("127.0.0.1"))
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    yield server.sockets[0].getsockname()[1]
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(5)
+    if not thread.is_alive():
+        server.close()
+        loop.run_until_complete(server.wait_closed())
+        loop.close()
 
 
 async def send_in_pieces(writer: asyncio.StreamWriter, data: bytes, sizes: list[int]) -> None:
@@ -104,10 +122,13 @@ async def test_chunked_bodies_split_anywhere(connection: Connection, pieces: lis
     assert json.loads(reply)[0]["path"] == "/d"
 
 
-async def test_a_request_without_a_token_is_refused(connection: Connection) -> None:
-    reader, writer = connection
-    writer.write(request("/e", "Content-Length: 2\r\n", token=False) + b"hi")
+async def test_a_request_without_a_token_is_refused(sink_in_a_thread: int) -> None:
+    """Refused, and the connection closed: bytes after the refused body are never read."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", sink_in_a_thread)
+    refused = request("/e", "Content-Length: 2\r\n", token=False) + b"hi"
+    writer.write(refused + request("/f", "Content-Length: 0\r\n"))
     status, fields, _ = await answer(reader)
     assert status == b"HTTP/1.1 401 Unauthorized"
     assert fields["connection"] == "close"
-    assert await reader.read() == b""
+    assert await asyncio.wait_for(reader.read(), 10) == b""
+    writer.close()
