@@ -25,7 +25,7 @@ RING_BUFFER = 4 << 20
 # Reading pauses when more filled buffers than this wait for the consumer: none, so that
 # a consumer slower than the socket (the file sink, when the disk or sha256 is the
 # bottleneck) holds the fewest buffers: its two batches in flight and the one it holds while
-# waiting for them, one ready, one being filled: five, 20 MiB.
+# waiting for them, one ready: four, 16 MiB (the next is taken only when reading resumes).
 _READY_LIMIT = 0
 # Buffers kept for reuse; one a consumer still holds a view of is never written again (a
 # fresh one is made instead, and dropped when the consumer lets go of it).
@@ -112,7 +112,11 @@ class RingReader(asyncio.BufferedProtocol):
         self._inner = inner
         self._left = length  # body bytes still to receive
         self._pool: list[bytearray] = []
-        self._buffer = self._fresh()
+        # The buffer being filled; None until the transport asks for one. Taken that late,
+        # while reading is paused the buffers the consumer settles meanwhile can be reused:
+        # four 4 MiB buffers cover the file sink's pipeline (two batches with its threads,
+        # one waiting, one ready here) where taking the next at once made it five.
+        self._buffer: bytearray | None = None
         self._start = 0  # handed on up to here
         self._filled = 0  # received up to here
         self._ready: deque[memoryview] = deque()
@@ -143,6 +147,8 @@ class RingReader(asyncio.BufferedProtocol):
     def get_buffer(self, sizehint: int) -> memoryview:
         if not self._left or self._error is not None:
             return memoryview(bytearray(_SCRATCH))  # bytes past the body: dropped
+        if self._buffer is None:
+            self._buffer = self._fresh()
         end = min(RING_BUFFER, self._filled + self._left)
         return memoryview(self._buffer)[self._filled : end]
 
@@ -154,8 +160,9 @@ class RingReader(asyncio.BufferedProtocol):
         self._left -= nbytes
         self.received += nbytes
         if self._filled == RING_BUFFER or not self._left:
+            assert self._buffer is not None  # get_buffer() came first
             self._ready.append(memoryview(self._buffer)[self._start : self._filled])
-            self._buffer = self._fresh()
+            self._buffer = None
             self._start = self._filled = 0
             if not self._left or len(self._ready) > _READY_LIMIT:
                 self._pause()
@@ -184,7 +191,7 @@ class RingReader(asyncio.BufferedProtocol):
                     self._resume()
                 return piece
             ended = not self._left or self._error is not None
-            if self._filled > self._start and (ended or waited):
+            if self._buffer is not None and self._filled > self._start and (ended or waited):
                 # A partial buffer: the body was cut, or bytes came slower than _SETTLE.
                 piece = memoryview(self._buffer)[self._start : self._filled]
                 self._start = self._filled

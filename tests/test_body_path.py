@@ -7,6 +7,7 @@ import asyncio
 import hashlib
 import threading
 from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -297,3 +298,91 @@ async def test_batches_are_handed_over_before_the_previous_is_written(
     }
     assert len(threads["write"]) == len(threads["hash"]) == 1
     assert threads["write"] != threads["hash"]
+
+
+async def test_a_download_fills_no_more_than_four_receive_buffers(
+    box: Box,
+    rings: list[_ring.RingReader],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """With the disk behind, the file sink's pipeline (two batches with its threads, one
+    waiting, one ready in the ring, reading paused) holds four 4 MiB buffers, as many as the
+    ceiling benchmark's ring, and the rest of the file reuses them: a buffer taken before
+    reading resumed, or one a thread's arguments still held, made it five or six."""
+    made: list[int] = []
+
+    def counted(size: int) -> bytearray:
+        if size == _ring.RING_BUFFER:
+            made.append(size)
+        return bytearray(size)
+
+    # Reading paused with a fourth buffer ready (it resumes only when one is taken, so the
+    # sink has the first three: two with its threads, the third waiting for the first).
+    full = threading.Event()
+    pause = _ring.RingReader._pause
+
+    def paused(reader: _ring.RingReader) -> None:
+        if reader._left and reader.received >= 4 * _ring.RING_BUFFER:
+            full.set()
+        pause(reader)
+
+    write_all = _file_sink._write_all
+
+    def behind(fd: int, pieces: list[Any]) -> None:
+        full.wait(LIMIT)  # the disk is behind until the pipeline is full
+        write_all(fd, pieces)
+
+    monkeypatch.setattr(_ring, "bytearray", counted, raising=False)
+    monkeypatch.setattr(_ring.RingReader, "_pause", paused)
+    monkeypatch.setattr(_file_sink, "_write_all", behind)
+    # No partly filled buffer handed on because a slow machine paused: each piece is a
+    # whole buffer and a whole batch, as on a link that keeps up.
+    monkeypatch.setattr(_ring, "_SETTLE", LIMIT)
+    body = payload(6 * _ring.RING_BUFFER + 5, seed=4)
+    box.put("/home/user/six.bin", body)
+    with anyio.fail_after(LIMIT):
+        result = await box.files.download("/home/user/six.bin", tmp_path / "six.bin")
+    assert result.sha256 == sha(body)
+    assert full.is_set()
+    assert len(rings) == 1
+    assert len(made) == 4
+
+
+async def test_a_batch_lets_go_of_its_pieces_before_it_counts_as_done(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """When the second of a batch's two thread calls (write, hash) is reported done, no view
+    of its receive buffer is left: the ring may refill that buffer at once. (The executor
+    drops a call's arguments only after reporting it done.)"""
+    buffer = bytearray(payload(WRITE_BATCH, seed=5))
+    gate = threading.Event()
+    lock = threading.Lock()
+    reports: list[str] = []
+
+    def reported(_: object) -> None:
+        with lock:  # the write and the hash end in two threads
+            last = len(reports) == 1
+            reports.append("held" if not last or _ring._in_use(buffer) else "let go")
+
+    class Watched(ThreadPoolExecutor):
+        def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+            def gated(*given: Any) -> None:
+                gate.wait(LIMIT)  # until the test holds no view of the buffer itself
+                fn(*given)
+
+            future = super().submit(gated, *args)
+            future.add_done_callback(reported)
+            return future
+
+    monkeypatch.setattr(_file_sink, "ThreadPoolExecutor", Watched)
+    with (tmp_path / "f.bin").open("w+b") as handle:
+        sink = FileSink(handle, checksum=True)
+        with anyio.fail_after(LIMIT):
+            await sink.write(memoryview(buffer))  # a whole batch: handed over at once
+            gate.set()
+            await sink.flush()
+        await sink.quiesce()
+    assert reports == ["held", "let go"]  # the first: the other call still has it
+    assert (tmp_path / "f.bin").read_bytes() == buffer
+    assert sink.hexdigest() == sha(bytes(buffer))

@@ -36,6 +36,13 @@ _IOV_MAX = 1024
 
 def _write_all(fd: int, pieces: list[Piece]) -> None:
     # One writev per batch: one system call and one GIL release for up to 4 MiB.
+    try:
+        _writev_all(fd, pieces)
+    finally:
+        pieces.clear()  # before the future resolves: see FileSink._hand_over
+
+
+def _writev_all(fd: int, pieces: list[Piece]) -> None:
     for first in range(0, len(pieces), _IOV_MAX):
         group = pieces[first : first + _IOV_MAX]
         left = sum(len(piece) for piece in group)
@@ -51,8 +58,11 @@ def _write_all(fd: int, pieces: list[Piece]) -> None:
 
 
 def _hash_all(digest: Any, pieces: list[Piece]) -> None:
-    for piece in pieces:
-        digest.update(piece)  # hashlib lets go of the GIL for large pieces
+    try:
+        for piece in pieces:
+            digest.update(piece)  # hashlib lets go of the GIL for large pieces
+    finally:
+        pieces.clear()  # before the future resolves: see FileSink._hand_over
 
 
 class FileSink:
@@ -95,7 +105,11 @@ class FileSink:
             # Made for files of a batch or more only: the thread start costs ~0.1 ms.
             lanes = 1 if self._hash is None else 2
             self._lanes = [ThreadPoolExecutor(1, "sandboxkit-download") for _ in range(lanes)]
-        work = [asyncio.wrap_future(self._lanes[0].submit(_write_all, self._fd, batch))]
+        # A list each, which its thread empties before its future resolves: the executor
+        # lets go of a call's arguments only after that, when the loop may already want the
+        # receive buffer back (`_ring` refills one only once no view of it is left). Held
+        # there, it cost a fresh 4 MiB buffer, one more than the pipeline needs.
+        work = [asyncio.wrap_future(self._lanes[0].submit(_write_all, self._fd, batch[:]))]
         if self._hash is not None:
             work.append(asyncio.wrap_future(self._lanes[1].submit(_hash_all, self._hash, batch)))
         self._running.append(work)
@@ -128,7 +142,7 @@ class FileSink:
             await self._step(self._write_small, batch)
 
     def _write_small(self, batch: list[Piece]) -> None:
-        _write_all(self._fd, batch)
+        _write_all(self._fd, batch[:])  # it empties the list it is given
         if self._hash is not None:
             _hash_all(self._hash, batch)
 
