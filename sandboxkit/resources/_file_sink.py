@@ -71,9 +71,10 @@ class FileSink:
     A full batch goes to two threads of its own at once (a writer and a hasher, each taking
     batches in order: writev and sha256 both let go of the GIL, so the file is written while
     it is hashed), and the next batch fills meanwhile. At most `IN_FLIGHT` batches are with
-    the threads: the body's bytes held are at most (IN_FLIGHT + 1) batches plus one piece,
-    12 MiB (16 MiB with the receive buffer `_ring` is filling). A file smaller than a batch
-    never starts the threads: it is written and hashed in one thread call at its flush.
+    the threads: the body's bytes held here are at most (IN_FLIGHT + 1) batches, 12 MiB, and
+    with the one `_ring` holds ready meanwhile, 16 MiB (its four buffers). A file smaller
+    than a batch never starts the threads: it is written and hashed in one thread call at
+    its flush.
     Cancelling the download never cancels thread work on the file: `quiesce()` waits for all
     of it before the file is closed.
     """
