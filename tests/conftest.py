@@ -19,6 +19,7 @@ import gc
 import json
 import logging
 import os
+import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
@@ -39,6 +40,18 @@ from .files_support import RESUME, Box, idcs, new_box
 from .reliability_support import settle
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Ctrl-C works in the suite however it was started.
+
+    A shell without job control starts a background job (`make test &` in a script, nohup,
+    some CI runners) with SIGINT ignored, and children inherit that: the tests that press
+    Ctrl-C on a child process would wait for an exit that never comes. A handler, unlike
+    an ignored signal, is reset to the default in every child this process starts.
+    """
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
