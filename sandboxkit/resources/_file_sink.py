@@ -35,14 +35,15 @@ _IOV_MAX = 1024
 
 
 def _write_all(fd: int, pieces: list[Piece]) -> None:
-    # One writev per batch: one system call and one GIL release for up to 4 MiB.
+    """A batch's write, in its thread; it empties `pieces` (see FileSink._hand_over)."""
     try:
-        _writev_all(fd, pieces)
+        _writev_fully(fd, pieces)
     finally:
-        pieces.clear()  # before the future resolves: see FileSink._hand_over
+        pieces.clear()
 
 
-def _writev_all(fd: int, pieces: list[Piece]) -> None:
+def _writev_fully(fd: int, pieces: list[Piece]) -> None:
+    # One writev per batch: one system call and one GIL release for up to 4 MiB.
     for first in range(0, len(pieces), _IOV_MAX):
         group = pieces[first : first + _IOV_MAX]
         left = sum(len(piece) for piece in group)
@@ -58,11 +59,12 @@ def _writev_all(fd: int, pieces: list[Piece]) -> None:
 
 
 def _hash_all(digest: Any, pieces: list[Piece]) -> None:
+    """A batch's hash, in its thread; it empties `pieces` (see FileSink._hand_over)."""
     try:
         for piece in pieces:
             digest.update(piece)  # hashlib lets go of the GIL for large pieces
     finally:
-        pieces.clear()  # before the future resolves: see FileSink._hand_over
+        pieces.clear()
 
 
 class FileSink:
@@ -143,7 +145,7 @@ class FileSink:
             await self._step(self._write_small, batch)
 
     def _write_small(self, batch: list[Piece]) -> None:
-        _write_all(self._fd, batch[:])  # it empties the list it is given
+        _writev_fully(self._fd, batch)
         if self._hash is not None:
             _hash_all(self._hash, batch)
 
