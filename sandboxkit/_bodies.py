@@ -10,6 +10,7 @@ from collections.abc import AsyncGenerator, AsyncIterable, Mapping
 from typing import Any
 
 import aiohttp
+from aiohttp.http import RawResponseMessage
 
 from ._answers import (
     DECODABLE_CODINGS,
@@ -302,7 +303,14 @@ class StreamingResponse:
         return bytes(decoded[:limit])
 
 
-class LazyReadTimer(aiohttp.client_proto.ResponseHandler):
+# LazyReadTimer calls its base's methods as `_Handler.method(self, ...)`: they run for
+# every read and answer, and `super()` costs ~75 ns more a call (a lookup on the class at
+# call time still sees a test's monkeypatch, which an alias made at import would not).
+_Handler = aiohttp.client_proto.ResponseHandler
+_NO_PARSER = object()  # what no connection's parser is
+
+
+class LazyReadTimer(_Handler):
     """aiohttp's connection protocol, its `sock_read` timer moved lazily.
 
     aiohttp cancels its read timer and makes a new one for every piece received: three
@@ -312,9 +320,63 @@ class LazyReadTimer(aiohttp.client_proto.ResponseHandler):
     time; the one timer, when it fires early, sets itself again for the due time. The
     timeout keeps aiohttp's meaning (the longest wait for the peer between two pieces).
     tests/test_read_timer.py fails if aiohttp stops calling `_reschedule_timeout`.
+
+    It also closes a connection that gets bytes past its answer (`_refuse_stray`).
     """
 
     _read_due = 0.0
+    # The parser of the request whose final answer has ended: while it is the connection's
+    # parser, a byte is one nobody asked for. aiohttp pools a connection when its answer's
+    # body ends, inside the parser's call, and keeps the queue of parsed answers across
+    # requests: an answer after the end (same read, or while pooled) was the next one's.
+    # aiohttp makes a parser per request (`set_response_params`): that resets this (were
+    # one kept, every reuse would be refused: loud, never a wrong answer).
+    _ended: object = _NO_PARSER
+
+    def feed_data(
+        self, data: tuple[RawResponseMessage, aiohttp.StreamReader], size: int = 0
+    ) -> None:
+        # Every answer the parser completes passes here on its way to the reader's queue.
+        if self._ended is self._parser:
+            self._refuse_stray()
+            return
+        if data[0].code >= 200:  # a 1xx is informational: the final answer follows
+            data[1].on_eof(self._answer_ended)
+        _Handler.feed_data(self, data, size)
+
+    def data_received(self, data: bytes) -> None:
+        parser = self._parser
+        ended = self._ended is parser
+        if ended and data:  # (empty: aiohttp resuming its parser on bytes it holds)
+            self._refuse_stray()
+            return
+        _Handler.data_received(self, data)
+        if not ended and self._ended is parser:
+            # The answer ended in this read. A whole answer after it went to feed_data; the
+            # start of one (or garbage the parser let pass) only the parser knows: ask it
+            # as aiohttp does when a connection is lost (it is never fed again).
+            try:
+                started = parser is not None and parser.feed_eof() is not None
+            except Exception:  # it began something that is no valid head
+                started = True
+            if started:
+                self._refuse_stray()
+
+    def _answer_ended(self) -> None:
+        self._ended = self._parser
+
+    def _refuse_stray(self) -> None:
+        """Close the connection: which request stray bytes answer, HTTP/1.1 cannot say.
+
+        The pool then drops it: `BaseConnector._get` reuses only a protocol that
+        `is_connected()` (its transport not closing) and `_release` closes one that
+        `should_close`. The stray bytes are dropped unparsed, an answer parsed from them
+        kept from the reader's queue.
+        """
+        self.force_close()
+        transport = self.transport
+        if transport is not None:
+            transport.close()
 
     def _reschedule_timeout(self) -> None:
         timeout = self._read_timeout
