@@ -19,7 +19,10 @@ from ._protocol import (
     ACCEPT_RANGES,
     CONTENT_ENCODING,
     CONTENT_RANGE,
+    ETAG,
     IDEMPOTENCY_REPLAYED,
+    IF_RANGE,
+    LAST_MODIFIED,
     RANGE,
     REQUEST_ID,
     RETRY_AFTER,
@@ -43,7 +46,7 @@ __all__ = [
 # The only headers a DEBUG line shows. Authorization, X-Access-Token, cookies, proxy headers
 # and anything a server invents stay out because they are not listed, not because a list of
 # secrets caught them.
-LOGGED_REQUEST_HEADERS = (RANGE, ACCEPT_ENCODING, "Content-Type", "Content-Length")
+LOGGED_REQUEST_HEADERS = (RANGE, IF_RANGE, ACCEPT_ENCODING, "Content-Type", "Content-Length")
 LOGGED_RESPONSE_HEADERS = (
     REQUEST_ID,
     "Content-Type",
@@ -51,6 +54,8 @@ LOGGED_RESPONSE_HEADERS = (
     CONTENT_RANGE,
     CONTENT_ENCODING,
     ACCEPT_RANGES,
+    ETAG,
+    LAST_MODIFIED,
     RETRY_AFTER,
     IDEMPOTENCY_REPLAYED,
 )

@@ -22,11 +22,15 @@ __all__ = [
     "AUTHORIZATION",
     "CONTENT_ENCODING",
     "CONTENT_RANGE",
+    "DATE",
+    "ETAG",
     "IDEMPOTENCY_KEY",
     "IDEMPOTENCY_REPLAYED",
     "IDEMPOTENT_METHODS",
+    "IF_RANGE",
     "IMAGE_NAME_FILTER",
     "IMAGE_OS_SERIES_FILTER",
+    "LAST_MODIFIED",
     "NO_HEADERS",
     "OUTAGE_STATUSES",
     "RANGE",
@@ -53,6 +57,7 @@ __all__ = [
     "is_idempotent",
     "organization_path",
     "query_string",
+    "range_headers",
     "segment",
     "v1_request",
     "v1_template_path",
@@ -71,6 +76,12 @@ CONTENT_RANGE = "Content-Range"
 ACCEPT_RANGES = "Accept-Ranges"
 ACCEPT_ENCODING = "Accept-Encoding"
 CONTENT_ENCODING = "Content-Encoding"
+# The validators of a file's version (RFC 9110 8.8) and the precondition that carries one
+# with a Range (13.1.5); Date tells whether a Last-Modified is strong enough for it (8.8.2.2).
+ETAG = "ETag"
+LAST_MODIFIED = "Last-Modified"
+DATE = "Date"
+IF_RANGE = "If-Range"
 
 # 500 is deliberately absent: DESIGN section 5 surfaces it at once.
 RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
@@ -104,6 +115,18 @@ def segment(value: str) -> str:
 def query_string(params: Sequence[tuple[str, str]]) -> str:
     """`name=value&...` for a URL, each name and value quoted whole by `segment()`."""
     return "&".join([f"{segment(name)}={segment(value)}" for name, value in params])
+
+
+def range_headers(
+    start: int, end: int | None = None, if_range: str | None = None
+) -> dict[str, str]:
+    """The headers asking for bytes `start` to `end - 1` (to the file's end when None). With
+    `if_range` (a strong validator of the version whose bytes are held), a server whose file
+    is no longer that version answers the whole file (200) instead of the range."""
+    headers = {RANGE: f"bytes={start}-{'' if end is None else end - 1}"}
+    if if_range is not None:
+        headers[IF_RANGE] = if_range
+    return headers
 
 
 def builds_path(template_id: str) -> str:

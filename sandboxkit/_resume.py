@@ -11,6 +11,11 @@ what to send (`begin_request`), tells it what came back (`on_response`, `on_chun
 - A size change between attempts starts over; a `Content-Range` that does not start where we
   are, or that disagrees with its own `Content-Length`, is distrusted: start over from zero.
 - Done means the body ended cleanly and, where a size is known, position == total.
+- Validators (RFC 9110 8.8): the ETag and Last-Modified of the first answer that carries
+  them name the version whose bytes are held. Every ranged GET sends the strong one in
+  `If-Range` (`Validators.if_range`), so a server whose file changed answers 200: start over.
+  A 206 whose validators differ from those held (a server that ignores If-Range) starts over
+  too. Without validators nothing tells a same-size replacement: the bytes are resumed blind.
 - Every request asks for the identity coding. A content-coded answer anyway (a proxy that
   compresses) is decoded by the I/O layer: its Content-Length and any Content-Range count
   coded bytes, so a coded 200 has no known total and is never resumed by Range, a coded 206
@@ -18,24 +23,38 @@ what to send (`begin_request`), tells it what came back (`on_response`, `on_chun
 
 A stream sink can never take back bytes it yielded, so where starting over would hand the
 consumer bytes of a different file (the size changed, or the file shrank below what was
-yielded), the decision is `FAIL`, never silent corruption.
+yielded, or the validators say it is another version), the decision is `FAIL`, never
+silent corruption.
 """
 
 from __future__ import annotations
 
+import calendar
 import enum
 import re
+from collections.abc import Mapping
+from email.utils import parsedate_tz
 from typing import Literal
 
 import attrs
 
 from ._answers import DECODABLE_CODINGS, parse_content_range
 
-__all__ = ["Action", "Decision", "Mode", "ResponseInfo", "ResumeState"]
+__all__ = ["Action", "Decision", "Mode", "ResponseInfo", "ResumeState", "Validators"]
 
 Mode = Literal["file", "stream"]
 
 _UNSATISFIED_RANGE = re.compile(r"^\s*bytes\s+\*/(\d+)\s*$", re.IGNORECASE)
+# RFC 9110 8.8.3: entity-tag = [ "W/" ] DQUOTE *etagc DQUOTE. What goes back in If-Range is
+# held to ASCII: a header value is never where a byte of a sidecar gets to add a line.
+_ENTITY_TAG = re.compile(r'(W/)?"([\x21\x23-\x7e\x80-\xff]*)"')
+_STRONG_TAG = re.compile(r'"[\x21\x23-\x7e]*"')
+# RFC 9110 5.6.7: IMF-fixdate, the one date format a sender generates.
+_IMF_FIXDATE = re.compile(
+    r"(Mon|Tue|Wed|Thu|Fri|Sat|Sun), \d\d (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) "
+    r"\d{4} \d\d:\d\d:\d\d GMT"
+)
+_RECORD_KEYS = ("etag", "last_modified", "date")
 
 
 class Action(enum.Enum):
@@ -69,6 +88,95 @@ ERROR = Decision(Action.ERROR)
 
 
 @attrs.frozen
+class Validators:
+    """What names one version of the remote file (RFC 9110 8.8), as an answer sent them: its
+    ETag and Last-Modified, and the answer's Date (which tells whether that Last-Modified is
+    strong). A sidecar stores them (`record`), so a rerun holds them too."""
+
+    etag: str | None = None
+    last_modified: str | None = None
+    date: str | None = None
+
+    def if_range(self) -> str | None:
+        """What an `If-Range` may carry for this version (RFC 9110 13.1.5), or None: a strong
+        ETag; only where there is no ETag at all, a Last-Modified that is strong (8.8.2.2: at
+        least a second before the answer's Date, so no later write can share it). Never a
+        weak ETag, nor a date beside one: equal weak tags do not promise equal bytes."""
+        if self.etag is not None:
+            tag = self.etag.strip()
+            return tag if _STRONG_TAG.fullmatch(tag) else None
+        if self.last_modified is None or self.date is None:
+            return None
+        modified = self.last_modified.strip()
+        when, sent = _instant(modified), _instant(self.date)
+        if not _IMF_FIXDATE.fullmatch(modified) or when is None or sent is None:
+            return None
+        return modified if sent - when >= 1 else None
+
+    def differs(self, other: Validators) -> bool:
+        """Whether `other` names another version than this. ETags decide when both sides have
+        one, compared weakly (`W/` is no difference: a proxy may weaken a tag it passes on);
+        else both Last-Modified. A validator only one side has tells nothing."""
+        if self.etag is not None and other.etag is not None:
+            return _opaque(self.etag) != _opaque(other.etag)
+        if self.last_modified is not None and other.last_modified is not None:
+            ours, theirs = _instant(self.last_modified), _instant(other.last_modified)
+            if ours is None or theirs is None:
+                return self.last_modified.strip() != other.last_modified.strip()
+            return ours != theirs
+        return False
+
+    def describe(self) -> str:
+        """The validators for an error message."""
+        if self.etag is not None:
+            return f"ETag {self.etag}"
+        return f"Last-Modified {self.last_modified}"
+
+    def record(self) -> dict[str, str]:
+        """The validators known, as a sidecar stores them."""
+        return {
+            key: value
+            for key, value in zip(_RECORD_KEYS, attrs.astuple(self), strict=True)
+            if value
+        }
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, object]) -> Validators | None:
+        """What `record` stored; None when it stored none.
+
+        Raises:
+            ValueError: a value is not a string: the record is not one of ours.
+        """
+        values: list[str | None] = []
+        for key in _RECORD_KEYS:
+            value = record.get(key)
+            if value is not None and not isinstance(value, str):
+                raise ValueError(f"a recorded {key} that is not a string: {value!r}")
+            values.append(value)
+        etag, last_modified, date = values
+        if etag is None and last_modified is None:
+            return None
+        return cls(etag, last_modified, date)
+
+
+def _opaque(tag: str) -> str:
+    match = _ENTITY_TAG.fullmatch(tag.strip())
+    return match[2] if match else tag.strip()  # not a tag by the grammar: compared whole
+
+
+def _instant(date: str) -> int | None:
+    """An HTTP date in seconds since the epoch; None when it is none. A date without a zone
+    (asctime) is GMT, as HTTP dates are, never the local time."""
+    parsed = parsedate_tz(date)
+    if parsed is None:
+        return None
+    try:
+        return calendar.timegm(parsed[:6]) - (parsed[9] or 0)
+    except (ValueError, OverflowError):
+        return None
+
+
+@attrs.frozen
 class ResponseInfo:
     """The parts of an answer's head the algorithm looks at."""
 
@@ -77,6 +185,15 @@ class ResponseInfo:
     content_range: str | None = None
     accept_ranges: str | None = None
     content_coding: str | None = None  # None: identity
+    etag: str | None = None
+    last_modified: str | None = None
+    date: str | None = None
+
+    def validators(self) -> Validators | None:
+        """The version this answer names; None when it names none."""
+        if self.etag is None and self.last_modified is None:
+            return None
+        return Validators(self.etag, self.last_modified, self.date)
 
 
 @attrs.define
@@ -89,6 +206,7 @@ class ResumeState:
         high_water: the most bytes ever held; a stream consumer has seen exactly these.
         total: the file's size when known.
         ranges_supported: the service showed range support for this file.
+        validators: the version whose bytes are held (a stream: were yielded), if known.
         attempts: GET requests sent; resumes: how many of them were ranged.
         done: the transfer is complete.
     """
@@ -101,6 +219,7 @@ class ResumeState:
     attempts: int = 0
     resumes: int = 0
     done: bool = False
+    validators: Validators | None = None
     _asked: int | None = attrs.field(default=None, init=False)
     _expected_end: int | None = attrs.field(default=None, init=False)
     _overflow: bool = attrs.field(default=False, init=False)
@@ -123,6 +242,13 @@ class ResumeState:
         self._expected_end = None
         self._overflow = False
         return start
+
+    def if_range(self) -> str | None:
+        """The `If-Range` of the GET `begin_request` counted, beside its Range: the strong
+        validator of the version held; None without a Range or a strong validator."""
+        if self._asked is None or self.validators is None:
+            return None
+        return self.validators.if_range()
 
     def on_response(self, info: ResponseInfo) -> Decision:
         """Judge an answer's status and headers before any of its body is read."""
@@ -155,11 +281,18 @@ class ResumeState:
         accept = (info.accept_ranges or "").strip().lower()
         self.ranges_supported = accept == "bytes"
         new_total = info.content_length
+        seen = info.validators()
         if self.mode == "stream" and self.high_water > 0:
             if new_total is not None and self.total is not None and new_total != self.total:
                 return self._changed(self.total, new_total)
             if new_total is not None and new_total < self.high_water:
                 return self._changed(self.high_water, new_total)
+            if self._differs(seen):
+                return self._version_changed(seen)
+            # The consumer saw bytes of the version held: it stays the one to compare with.
+            self.validators = self.validators or seen
+        else:
+            self.validators = seen  # a whole answer: its version is the one held from now on
         truncate = self.mode == "file" and (self.position > 0 or self._stale)
         self._stale = False
         self.position = 0
@@ -169,6 +302,15 @@ class ResumeState:
 
     def _on_partial(self, info: ResponseInfo) -> Decision:
         self.ranges_supported = True
+        seen = info.validators()
+        if self._differs(seen):
+            # Bytes of another version than those held (a server that ignored If-Range).
+            if self.mode == "stream" and self.high_water > 0:
+                return self._version_changed(seen)
+            assert self.validators is not None and seen is not None  # _differs says so
+            return self._start_over(
+                f"the remote file changed ({self.validators.describe()}, then {seen.describe()})"
+            )
         parsed = parse_content_range(info.content_range)
         if parsed is None:
             return self._start_over(
@@ -193,6 +335,7 @@ class ResumeState:
         if parsed.total is not None:
             self.total = parsed.total
         self._expected_end = parsed.end + 1
+        self.validators = self.validators or seen
         truncate = self.mode == "file" and self._stale
         self._stale = False
         return Decision(Action.STREAM, truncate=truncate)
@@ -249,7 +392,22 @@ class ResumeState:
         # whole GET. A file sink truncates on the next answer; a stream skips what it saw.
         self.position = 0
         self._stale = True
+        if self.mode == "file":
+            self.validators = None  # nothing held is kept: the next answer's version counts
         return Decision(Action.RETRY, reason=f"{why}; starting over from the first byte")
+
+    def _differs(self, seen: Validators | None) -> bool:
+        return self.validators is not None and seen is not None and self.validators.differs(seen)
+
+    def _version_changed(self, seen: Validators | None) -> Decision:
+        assert self.validators is not None and seen is not None
+        return Decision(
+            Action.FAIL,
+            reason=(
+                f"the remote file changed during the transfer ({self.validators.describe()}, "
+                f"then {seen.describe()}); bytes already yielded cannot be taken back"
+            ),
+        )
 
     def _changed(self, before: int, after: int) -> Decision:
         return Decision(

@@ -7,10 +7,11 @@ order, a few per connection, handed out as a work queue: the connections stay bu
 end whatever their speeds, and the written prefix (which the sha256 follows) trails the
 fastest connection by a few pieces only.
 
-A slice asks for `Range: bytes=a-b` and trusts only a 206 for exactly what it asked, of a
-file of the size the download began with. Anything else (a 200 with the whole file, another
-total, a 416, a coded answer) means the file or the data center changed under the
-download: it starts over, whole, from the first byte.
+A slice asks for `Range: bytes=a-b` (with `If-Range` and the download's strong validator,
+when it has one) and trusts only a 206 for exactly what it asked, of a file of the size and
+version the download began with. Anything else (a 200 with the whole file, another total,
+other validators, a 416, a coded answer) means the file or the data center changed under
+the download: it starts over, whole, from the first byte.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from ._answers import parse_content_range
-from ._resume import Action, Decision, ResponseInfo
+from ._resume import Action, Decision, ResponseInfo, Validators
 
 __all__ = ["Span", "judge_slice", "merge", "missing", "prefix", "split", "valid_done"]
 
@@ -89,15 +90,21 @@ def valid_done(value: object, total: int) -> list[Span] | None:
     return merge(spans)
 
 
-def judge_slice(info: ResponseInfo, start: int, end: int, total: int) -> tuple[Decision, int]:
-    """The verdict on the answer to `Range: bytes={start}-{end - 1}` of a `total`-byte file,
-    and the offset its body ends at (STREAM only).
+def judge_slice(
+    info: ResponseInfo, start: int, end: int, total: int, held: Validators | None = None
+) -> tuple[Decision, int]:
+    """The verdict on the answer to `Range: bytes={start}-{end - 1}` of a `total`-byte file
+    whose version is `held` (None: unknown), and the offset its body ends at (STREAM only).
 
     RETRY here means: start the whole download over (the file or the data center changed).
     """
     if info.status == 206:
         if info.content_coding is not None:
             return _over("a content-coded answer to a slice (its offsets are coded)"), 0
+        seen = info.validators()
+        if held is not None and seen is not None and held.differs(seen):
+            # Bytes of another version (the server ignored If-Range, or was never asked).
+            return _over(f"the file changed ({held.describe()}, then {seen.describe()})"), 0
         parsed = parse_content_range(info.content_range)
         if parsed is None:
             return _over(f"a slice answered with Content-Range {info.content_range!r}"), 0
@@ -116,6 +123,8 @@ def judge_slice(info: ResponseInfo, start: int, end: int, total: int) -> tuple[D
             ), 0
         return Decision(Action.STREAM), parsed.end + 1
     if info.status == 200:
+        if held is not None and held.if_range() is not None:  # what If-Range answers a change
+            return _over(f"the file changed (a whole answer to If-Range {held.if_range()})"), 0
         return _over("a slice was answered with the whole file (no range support now)"), 0
     if info.status == 416:
         return _over(f"416 to a request for bytes {start}-{end - 1}: the file shrank"), 0

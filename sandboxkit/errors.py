@@ -18,6 +18,7 @@ The tree::
     ├── PaginationError                         a server cursor that would loop forever
     ├── BuildFailedError                        a followed Build ended with `failure`
     ├── DestinationLockedError                  another download is writing that file
+    ├── DestinationUnsafeError                  a link or a stranger's file where a part goes
     └── APIError                                an error status from the service
         ├── RedirectNotFollowedError        3xx: never followed, so no token goes elsewhere
         ├── BadRequestError                 400
@@ -67,6 +68,7 @@ __all__ = [
     "ClientStateError",
     "ConflictError",
     "DestinationLockedError",
+    "DestinationUnsafeError",
     "GatewayTimeoutError",
     "HostNotFoundError",
     "HostUnavailableError",
@@ -390,14 +392,17 @@ class DestinationLockedError(SandboxKitError):
     partial file is locked. Nothing was sent."""
 
 
+class DestinationUnsafeError(SandboxKitError):
+    """A link, a FIFO or another user's file sits where the partial file goes (`.{name}.part`
+    beside `dest`), and cannot be removed (a sticky directory). Nothing was written or sent."""
+
+
 class BuildFailedError(SandboxKitError):
     """A Build ended with a `failure` (raised when following logs with `raise_on_failure`)."""
 
     def __init__(self, *, build_id: str, code: str | None, message: str | None) -> None:
         super().__init__(f"build {build_id} failed: {code}: {message}")
-        self.build_id = build_id
-        self.code = code
-        self.message = message
+        self.build_id, self.code, self.message = build_id, code, message
 
     def __reduce__(self) -> tuple[Any, ...]:
         kwargs = {"build_id": self.build_id, "code": self.code, "message": self.message}

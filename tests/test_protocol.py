@@ -15,6 +15,7 @@ from sandboxkit import models
 from sandboxkit._answers import ContentDecoder, content_coding, parse_retry_after
 from sandboxkit._convert import converter, strict_converter, structure, unstructure
 from sandboxkit._cursors import BuildCursor, LogCursor
+from sandboxkit._protocol import range_headers
 from sandboxkit._retry import (
     ConcurrencyWindow,
     RetryBudget,
@@ -493,3 +494,10 @@ def test_decoder_knows_a_stream_cut_short_and_refuses_a_corrupt_one() -> None:
         list(ContentDecoder("deflate").decode(_coded("deflate", b"abc") + b"junk", 100))
     with pytest.raises(ValueError, match="cannot decode"):
         ContentDecoder("br")
+
+
+def test_range_headers() -> None:
+    """A Range, open or closed (end exclusive), with If-Range only when given."""
+    assert range_headers(5) == {"Range": "bytes=5-"}
+    assert range_headers(5, 10) == {"Range": "bytes=5-9"}
+    assert range_headers(0, 1, '"v1"') == {"Range": "bytes=0-0", "If-Range": '"v1"'}

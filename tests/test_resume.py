@@ -7,10 +7,10 @@ from typing import Any
 import attrs
 import pytest
 
-from sandboxkit._resume import Action, Mode, ResponseInfo, ResumeState
+from sandboxkit._resume import Action, Mode, ResponseInfo, ResumeState, Validators
 
 # A scenario is a list of steps:
-#   ("get", expected_range_start)
+#   ("get", expected_range_start) or ("get", expected_range_start, expected_if_range)
 #   ("answer", ResponseInfo, expected_action, expected_truncate)
 #   ("chunk", size, (expected_skip, expected_keep))
 #   ("end", expected_action)
@@ -24,6 +24,18 @@ def ok(length: int | None, ranges: str | None = "bytes") -> ResponseInfo:
 def partial(start: int, end: int, total: int | str, length: int | None = None) -> ResponseInfo:
     size = end - start + 1 if length is None else length
     return ResponseInfo(206, content_length=size, content_range=f"bytes {start}-{end}/{total}")
+
+
+def tagged(info: ResponseInfo, etag: str | None = None, **more: str) -> ResponseInfo:
+    """The same answer carrying validators (an ETag, a Last-Modified, a Date)."""
+    return attrs.evolve(info, etag=etag, **more)
+
+
+# A Last-Modified and two answer Dates: the same second (weak, RFC 9110 8.8.2.2), a second on.
+LM = "Mon, 01 Jan 2024 00:00:00 GMT"
+SAME_SECOND = LM
+LATER = "Mon, 01 Jan 2024 00:00:01 GMT"
+OTHER_LM = "Tue, 02 Jan 2024 00:00:00 GMT"
 
 
 def gzipped(info: ResponseInfo) -> ResponseInfo:
@@ -424,6 +436,170 @@ SCENARIOS: list[tuple[str, Mode, list[Step], dict[str, Any]]] = [
         {},
     ),
     (
+        "a resume carries the first answer's ETag in If-Range; the 200 it gets starts over",
+        "file",
+        [
+            ("get", None, None),
+            ("answer", tagged(ok(100), '"v1"'), S, False),
+            ("chunk", 40, (0, 40)),
+            ("get", 40, '"v1"'),
+            ("answer", tagged(ok(100), '"v2"'), S, True),
+            ("chunk", 60, (0, 60)),
+            ("get", 60, '"v2"'),  # the new version's, from then on
+            ("answer", tagged(partial(60, 99, 100), '"v2"'), S, False),
+            ("chunk", 40, (0, 40)),
+            ("end", D),
+        ],
+        {"validators": Validators('"v2"'), "done": True, "position": 100},
+    ),
+    (
+        "a 206 of another ETag (If-Range ignored) starts a file over, with a whole GET",
+        "file",
+        [
+            ("get", None),
+            ("answer", tagged(ok(100), '"v1"'), S, False),
+            ("chunk", 40, (0, 40)),
+            ("get", 40, '"v1"'),
+            ("answer", tagged(partial(40, 99, 100), '"v2"'), R, False),
+            ("get", None, None),
+            ("answer", tagged(ok(100), '"v2"'), S, True),
+            ("chunk", 100, (0, 100)),
+            ("end", D),
+        ],
+        {"validators": Validators('"v2"'), "done": True},
+    ),
+    (
+        "a 206 of the same ETag continues, a weakened tag (a proxy's W/) too",
+        "file",
+        [
+            ("get", None),
+            ("answer", tagged(ok(100), '"v1"'), S, False),
+            ("chunk", 40, (0, 40)),
+            ("get", 40, '"v1"'),
+            ("answer", tagged(partial(40, 59, 100), '"v1"'), S, False),
+            ("chunk", 20, (0, 20)),
+            ("end", R),
+            ("get", 60, '"v1"'),
+            ("answer", tagged(partial(60, 99, 100), 'W/"v1"'), S, False),
+        ],
+        {"validators": Validators('"v1"'), "resumes": 2},
+    ),
+    (
+        "a weak ETag is never sent in If-Range, nor a date beside it; a new weak tag restarts",
+        "file",
+        [
+            ("get", None),
+            ("answer", tagged(ok(100), 'W/"v1"', last_modified=LM, date=LATER), S, False),
+            ("chunk", 40, (0, 40)),
+            ("get", 40, None),
+            ("answer", tagged(partial(40, 99, 100), 'W/"v2"'), R, False),
+        ],
+        {"position": 0, "validators": None},
+    ),
+    (
+        "without an ETag a Last-Modified a second before the Date goes in If-Range",
+        "file",
+        [
+            ("get", None),
+            ("answer", tagged(ok(100), last_modified=LM, date=LATER), S, False),
+            ("chunk", 40, (0, 40)),
+            ("get", 40, LM),
+            ("answer", tagged(partial(40, 99, 100), last_modified=OTHER_LM), R, False),
+        ],
+        {"position": 0},
+    ),
+    (
+        "a Last-Modified of the answer's own second is weak: no If-Range, still compared",
+        "file",
+        [
+            ("get", None),
+            ("answer", tagged(ok(100), last_modified=LM, date=SAME_SECOND), S, False),
+            ("chunk", 40, (0, 40)),
+            ("get", 40, None),
+            ("answer", tagged(partial(40, 99, 100), last_modified=LM, date=LATER), S, False),
+        ],
+        {"validators": Validators(None, LM, SAME_SECOND)},
+    ),
+    (
+        "validators a resume's 206 brings first are held from then on",
+        "file",
+        [
+            ("get", None),
+            ("answer", ok(100), S, False),
+            ("chunk", 40, (0, 40)),
+            ("get", 40, None),
+            ("answer", tagged(partial(40, 59, 100), '"v1"'), S, False),
+            ("chunk", 20, (0, 20)),
+            ("end", R),
+            ("get", 60, '"v1"'),
+        ],
+        {"validators": Validators('"v1"')},
+    ),
+    (
+        "without validators a same-size change is invisible: the resume continues blind",
+        "file",
+        [
+            ("get", None),
+            ("answer", ok(100), S, False),
+            ("chunk", 40, (0, 40)),
+            ("get", 40, None),
+            ("answer", partial(40, 99, 100), S, False),
+        ],
+        {"validators": None},
+    ),
+    (
+        "a stream that yielded bytes fails on a same-size 200 of another version",
+        "stream",
+        [
+            ("get", None),
+            ("answer", tagged(ok(100), '"v1"'), S, False),
+            ("chunk", 40, (0, 40)),
+            ("get", 40, '"v1"'),
+            ("answer", tagged(ok(100), '"v2"'), F, False),
+        ],
+        {"done": False},
+    ),
+    (
+        "a stream that yielded bytes fails on a 206 of another version",
+        "stream",
+        [
+            ("get", None),
+            ("answer", tagged(ok(100), '"v1"'), S, False),
+            ("chunk", 40, (0, 40)),
+            ("get", 40, '"v1"'),
+            ("answer", tagged(partial(40, 99, 100), '"v2"'), F, False),
+        ],
+        {"done": False},
+    ),
+    (
+        "a stream whose 200 is of the same version skips what it yielded",
+        "stream",
+        [
+            ("get", None),
+            ("answer", tagged(ok(100), '"v1"'), S, False),
+            ("chunk", 40, (0, 40)),
+            ("get", 40, '"v1"'),
+            ("answer", tagged(ok(100), '"v1"'), S, False),
+            ("chunk", 100, (40, 100)),
+            ("end", D),
+        ],
+        {"done": True, "validators": Validators('"v1"')},
+    ),
+    (
+        "after a start-over a file holds nothing: the next answer's version is adopted",
+        "file",
+        [
+            ("get", None),
+            ("answer", tagged(ok(100), '"v1"'), S, False),
+            ("chunk", 40, (0, 40)),
+            ("get", 40, '"v1"'),
+            ("answer", tagged(partial(30, 99, 100), '"v1"'), R, False),  # not where asked
+            ("get", None, None),
+            ("answer", tagged(partial(0, 99, 100), '"v2"'), S, True),
+        ],
+        {"validators": Validators('"v2"')},
+    ),
+    (
         "an unexpected 2xx fails",
         "file",
         [("get", None), ("answer", ResponseInfo(204), F, False)],
@@ -443,6 +619,8 @@ def test_resume_scenario(mode: Mode, steps: list[Step], final: dict[str, Any]) -
         kind = step[0]
         if kind == "get":
             assert state.begin_request() == step[1], step
+            if len(step) > 2:
+                assert state.if_range() == step[2], step
         elif kind == "answer":
             decision = state.on_response(step[1])
             assert (decision.action, decision.truncate) == (step[2], step[3]), step
@@ -491,3 +669,88 @@ def test_failure_reason_names_both_sizes() -> None:
     decision = state.on_response(ok(7, "none"))
     assert decision.action is Action.FAIL
     assert "100" in decision.reason and "7" in decision.reason
+
+
+def test_a_resumed_part_sends_its_recorded_validator_and_a_200_truncates() -> None:
+    """The state a sidecar resumes (validators from the killed process's first answer): the
+    first GET carries If-Range; the 200 of a changed file truncates the part."""
+    state = ResumeState(
+        "file",
+        position=40,
+        high_water=40,
+        total=100,
+        ranges_supported=True,
+        validators=Validators('"v1"'),
+    )
+    assert (state.begin_request(), state.if_range()) == (40, '"v1"')
+    decision = state.on_response(tagged(ok(100), '"v2"'))
+    assert (decision.action, decision.truncate) == (Action.STREAM, True)
+    assert state.validators == Validators('"v2"')
+
+
+def test_a_version_change_names_both_validators() -> None:
+    state = ResumeState("stream")
+    state.begin_request()
+    state.on_response(tagged(ok(100), '"v1"'))
+    state.on_chunk(1)
+    state.begin_request()
+    decision = state.on_response(tagged(ok(100), '"v2"'))
+    assert decision.action is Action.FAIL
+    assert '"v1"' in decision.reason and '"v2"' in decision.reason
+
+
+@pytest.mark.parametrize(
+    ("validators", "if_range"),
+    [
+        (Validators('"abc"'), '"abc"'),
+        (Validators('"abc"', LM, LATER), '"abc"'),  # the ETag wins over a strong date
+        (Validators('W/"abc"'), None),  # RFC 9110 13.1.5: never a weak tag
+        (Validators('W/"abc"', LM, LATER), None),  # nor a date when there is an ETag
+        (Validators("abc"), None),  # not an entity-tag (unquoted)
+        (Validators('"a\r\nX-Evil: 1"'), None),  # never a line break into a request
+        (Validators('"caf\xe9"'), None),  # obs-text: compared, never sent back
+        (Validators(None, LM, LATER), LM),
+        (Validators(None, LM, "Mon, 01 Jan 2024 00:10:00 GMT"), LM),
+        (Validators(None, LM, SAME_SECOND), None),  # weak: two writes may share the second
+        (Validators(None, LM, "Sun, 31 Dec 2023 23:59:59 GMT"), None),  # Date before it
+        (Validators(None, LM, None), None),  # no Date: strength unknown
+        (Validators(None, "Monday, 01-Jan-24 00:00:00 GMT", LATER), None),  # not IMF-fixdate
+        (Validators(None, "yesterday", LATER), None),
+        (Validators(None, LM, "garbage"), None),
+    ],
+)
+def test_which_validator_may_go_in_if_range(validators: Validators, if_range: str | None) -> None:
+    assert validators.if_range() == if_range
+
+
+@pytest.mark.parametrize(
+    ("ours", "theirs", "differs"),
+    [
+        (Validators('"a"'), Validators('"a"'), False),
+        (Validators('"a"'), Validators('"b"'), True),
+        (Validators('"a"'), Validators('W/"a"'), False),  # weak comparison: W/ is no change
+        (Validators('W/"a"'), Validators('W/"b"'), True),
+        (Validators('"a"', LM), Validators('"a"', OTHER_LM), False),  # ETags decide
+        (Validators('"a"', LM), Validators(None, OTHER_LM), True),  # else Last-Modified
+        (Validators(None, LM), Validators(None, "Mon, 1 Jan 2024 00:00:00 +0000"), False),
+        (Validators(None, LM), Validators(None, OTHER_LM), True),
+        (Validators(None, "odd"), Validators(None, "other"), True),  # unparsed: compared whole
+        (Validators('"a"'), Validators(None, LM), False),  # nothing to compare: no news
+    ],
+)
+def test_when_validators_name_another_version(
+    ours: Validators, theirs: Validators, differs: bool
+) -> None:
+    assert ours.differs(theirs) is differs
+    assert theirs.differs(ours) is differs
+
+
+def test_validators_round_trip_through_a_sidecar_record() -> None:
+    for validators in (Validators('"a"'), Validators(None, LM, LATER), Validators('"a"', LM)):
+        assert Validators.from_record(validators.record()) == validators
+    assert Validators('"a"').record() == {"etag": '"a"'}
+    assert Validators.from_record({"total": 5}) is None  # a sidecar from before validators
+    assert Validators.from_record({"date": LATER}) is None  # a Date alone names nothing
+    for bad in ({"etag": 5}, {"last_modified": ["x"]}, {"etag": '"a"', "date": 1.5}):
+        with pytest.raises(ValueError, match="not a string"):
+            Validators.from_record(bad)

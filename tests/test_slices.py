@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from sandboxkit._resume import Action, ResponseInfo
+from sandboxkit._resume import Action, ResponseInfo, Validators
 from sandboxkit._slices import judge_slice, merge, missing, prefix, split, valid_done
 
 
@@ -80,3 +80,32 @@ def test_judge_slice(answer: ResponseInfo, action: Action, stop: int) -> None:
     assert end == stop
     if action is Action.RETRY:
         assert "starting over" in decision.reason
+
+
+V1 = Validators('"v1"')
+
+
+@pytest.mark.parametrize(
+    ("held", "answer", "action"),
+    [
+        (V1, info(206, "bytes 100-199/1000", etag='"v1"'), Action.STREAM),
+        (V1, info(206, "bytes 100-199/1000", etag='W/"v1"'), Action.STREAM),  # weakened
+        (V1, info(206, "bytes 100-199/1000", etag='"v2"'), Action.RETRY),  # another version
+        (V1, info(206, "bytes 100-199/1000"), Action.STREAM),  # no validator: no news
+        (None, info(206, "bytes 100-199/1000", etag='"v2"'), Action.STREAM),  # none held
+        (
+            Validators(None, "Mon, 01 Jan 2024 00:00:00 GMT"),
+            info(206, "bytes 100-199/1000", last_modified="Tue, 02 Jan 2024 00:00:00 GMT"),
+            Action.RETRY,
+        ),
+        (V1, info(200, content_length=1000, etag='"v1"'), Action.RETRY),  # If-Range said no
+    ],
+)
+def test_judge_slice_compares_the_version(
+    held: Validators | None, answer: ResponseInfo, action: Action
+) -> None:
+    """A slice of another version than the download's starts the download over."""
+    decision, _ = judge_slice(answer, 100, 200, 1000, held)
+    assert decision.action is action, decision.reason
+    if action is Action.RETRY:
+        assert "changed" in decision.reason

@@ -26,10 +26,13 @@ from .._config import CallOptions, Timeout
 from .._protocol import (
     ACCEPT_RANGES,
     CONTENT_RANGE,
+    DATE,
+    ETAG,
     FILES_PATH,
-    RANGE,
+    LAST_MODIFIED,
     is_idempotent,
     query_string,
+    range_headers,
 )
 from .._resume import Action, Decision, Mode, ResponseInfo, ResumeState
 from .._retry import TryAgain, is_transient
@@ -205,7 +208,7 @@ class _Fetch:
         """One GET, from where the state says, its body into the sink."""
         request, state, sink = self.request, self.state, self.sink
         start = state.begin_request()
-        headers = {RANGE: f"bytes={start}-"} if start is not None else None
+        headers = None if start is None else range_headers(start, if_range=state.if_range())
         async with request.plane.open(
             "GET",
             FILES_PATH,
@@ -269,12 +272,16 @@ class _Fetch:
 
 def response_info(response: StreamingResponse) -> ResponseInfo:
     """What the resume rules (`_resume`, `_slices`) read of an answer's head."""
+    headers = response.headers
     return ResponseInfo(
         response.status,
         response.content_length,
-        response.headers.get(CONTENT_RANGE),
-        response.headers.get(ACCEPT_RANGES),
+        headers.get(CONTENT_RANGE),
+        headers.get(ACCEPT_RANGES),
         response.coding,
+        headers.get(ETAG),
+        headers.get(LAST_MODIFIED),
+        headers.get(DATE),
     )
 
 
@@ -326,7 +333,7 @@ async def download_to_file(
             sink,
             progress,
             state=await continue_part(sink, part),
-            on_stream=lambda now: part.record(now.total, now.ranges_supported),
+            on_stream=lambda now: part.record(now.total, now.ranges_supported, now.validators),
         )
         await sink.commit(part.path, dest)
         part.discard()  # the sidecar; the part itself is `dest` now
@@ -348,7 +355,8 @@ async def download_to_file(
 
 async def continue_part(sink: FileSink, part: PartFile) -> ResumeState:
     """Where one stream starts in `part`: after its held bytes (hashed first, so the sha256
-    covers the whole file, and known to be resumable), or at the first byte."""
+    covers the whole file, and known to be resumable, of the version the sidecar names, whose
+    validator goes in the first GET's If-Range), or at the first byte."""
     if not part.held:
         return ResumeState("file")
     await sink.adopt(part.held)
@@ -358,6 +366,7 @@ async def continue_part(sink: FileSink, part: PartFile) -> ResumeState:
         high_water=part.held,
         total=part.total,
         ranges_supported=True,
+        validators=part.validators,
     )
 
 

@@ -8,8 +8,10 @@ write and the hash in parallel, in large batches handed over without waiting (DE
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
+import stat
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -206,5 +208,34 @@ class FileSink:
 def _commit(handle: IO[bytes], temp: Path, dest: Path) -> None:
     # No fsync: like curl and pip, durability against power loss is the filesystem's job;
     # the rename still guarantees no reader ever sees a partial file under `dest`.
+    # The part was made 0600 (never more open than the file it becomes); `dest` gets the
+    # mode the user expects before it has the name: an existing file's own (a 0600 key stays
+    # 0600, as curl, wget and rsync keep it), else what `open()` would give a new file.
+    os.fchmod(handle.fileno(), _mode_for(dest))
     handle.close()
-    os.replace(temp, dest)
+    os.replace(temp, dest)  # a link at `dest` is replaced, never followed
+
+
+def _mode_for(dest: Path) -> int:
+    try:
+        st = os.lstat(dest)
+    except FileNotFoundError:
+        st = None
+    if st is not None and stat.S_ISREG(st.st_mode):
+        return stat.S_IMODE(st.st_mode) & 0o777  # no set-id bits on a file we wrote
+    return 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it where the system shows it (changing
+    it, even for an instant, races with files other threads create)."""
+    with (
+        contextlib.suppress(OSError, ValueError),
+        open("/proc/self/status", encoding="ascii", errors="replace") as status,
+    ):
+        for line in status:
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)  # pragma: no cover - Linux before 4.7, and other systems
+    os.umask(mask)  # pragma: no cover
+    return mask  # pragma: no cover

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import anyio
 
 from .._cancel import wait_through_cancels
+from .._resume import Validators
 from .._slices import Span, merge, prefix
 from ._download import WRITE_BATCH
 from ._partial import PartFile
@@ -30,10 +31,14 @@ _IOV_MAX = 512  # pieces per pwritev (Linux allows 1024)
 
 
 class Ledger:
-    """The byte ranges written, shared by the writer threads; the sidecar is its record."""
+    """The byte ranges written, shared by the writer threads; the sidecar is its record (with
+    the version they are bytes of, `validators`, for a rerun's If-Range)."""
 
-    def __init__(self, part: PartFile, total: int, done: list[Span]) -> None:
+    def __init__(
+        self, part: PartFile, total: int, done: list[Span], validators: Validators | None = None
+    ) -> None:
         self.part, self.total, self.done = part, total, done
+        self.validators = validators
         self._lock = threading.Lock()
         self._unrecorded = 0
 
@@ -52,7 +57,7 @@ class Ledger:
 
     def _save(self) -> None:
         self._unrecorded = 0
-        self.part.record_done(self.total, list(self.done))
+        self.part.record_done(self.total, list(self.done), self.validators)
 
     def prefix(self) -> int:
         """Bytes written without a gap from offset 0."""

@@ -1,31 +1,47 @@
 """A download's partial file: a deterministic name beside `dest`, a sidecar, and a lock.
 
 `.{name}.part` holds the bytes so far and `.{name}.part.json` what they are a part of: the
-sandbox host, remote path and username, the file's total size and whether the data center
-showed range support. A download in parallel slices (`_ranged`) also records `done`: the
-byte ranges written so far (only ranges whose bytes were written before the sidecar was),
-so the part is no longer a prefix and its size says nothing. While a download writes the
+sandbox host, remote path and username, the file's total size, whether the data center
+showed range support, and the version's validators when the answers carried them (`etag`,
+`last_modified`, `date`: a rerun's first Range asks with `If-Range`). A download in
+parallel slices (`_ranged`) also records `done`: the byte ranges written so far (only
+ranges whose bytes were written before the sidecar was), so the part is no longer a prefix
+and its size says nothing. While a download writes the
 part it holds an exclusive `flock` on it, so a second writer of the same `dest` (in this
 process or another) fails at once with `DestinationLockedError`; the kernel drops the lock
 of a process that dies. A later download of the same remote file to the same `dest` finds
 the part, checks the sidecar, and continues from the part's size (or its gaps) with `Range`;
 anything that does not match starts over from an empty part. Only the token is never
 written: the sidecar names the host, not its credentials.
+
+The names are predictable, and the directory may be shared (a results folder, `/tmp`): what
+sits there is distrusted. The part and the sidecar are opened with `O_NOFOLLOW`, and only a
+regular file of this user with no other link (or one this call created) is ever opened for
+writing or believed; a symlink, a FIFO or another user's file in their place is removed (a
+link's target is untouched), or, where it cannot be, the download fails with
+`DestinationUnsafeError` before any request.
+The sidecar is replaced through a scratch file created with `O_EXCL` under a name of its own,
+and read capped, its JSON distrusted whatever it holds.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
+import logging
 import os
+import secrets
+import stat
 from pathlib import Path
 from typing import IO, Any
 
 import attrs
 
+from .._resume import Validators
 from .._slices import Span, merge, prefix, valid_done
-from ..errors import DestinationLockedError
+from ..errors import DestinationLockedError, DestinationUnsafeError
 
 try:  # POSIX; elsewhere parts are used without a lock
     import fcntl
@@ -34,7 +50,15 @@ except ImportError:  # pragma: no cover - not on the machines this project runs 
 
 __all__ = ["PartFile", "PartOf", "clear_leftovers", "open_part", "part_paths"]
 
-_MAX_STEM = 200  # keeps `.{stem}.part.json` under NAME_MAX (255)
+logger = logging.getLogger("sandboxkit")
+
+# In bytes, as the file system counts: keeps the longest name made from it, the sidecar's
+# scratch file `.{stem}.part.json.{8 hex}.new` (stem + 24), under NAME_MAX (255).
+_MAX_STEM = 200
+_CUT_STEM = 180  # a longer stem keeps this many bytes, then `~` and 16 hex of its hash
+# A sidecar is a few hundred bytes (a sliced one's `done` a few KiB): past this it is not one.
+_SIDECAR_LIMIT = 1 << 20
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
 @attrs.frozen
@@ -49,10 +73,13 @@ class PartOf:
 def part_paths(dest: Path) -> tuple[Path, Path]:
     """The partial file and its sidecar for `dest` (a long name is cut and hashed, so two
     long names never share a part)."""
-    stem = dest.name
+    stem = os.fsencode(dest.name)
     if len(stem) > _MAX_STEM:
-        stem = f"{stem[:180]}~{hashlib.sha256(stem.encode()).hexdigest()[:16]}"
-    part = dest.with_name(f".{stem}.part")
+        cut = _CUT_STEM
+        while cut and stem[cut] & 0xC0 == 0x80:  # never half a UTF-8 character
+            cut -= 1
+        stem = stem[:cut] + b"~" + hashlib.sha256(stem).hexdigest()[:16].encode()
+    part = dest.with_name(os.fsdecode(b"." + stem + b".part"))
     return part, part.with_name(part.name + ".json")
 
 
@@ -61,7 +88,8 @@ class PartFile:
     """An open, locked partial file, and how many of its bytes a download may continue from.
 
     `held` bytes are resumable (0: start from scratch); `total` is the size the sidecar saw;
-    `done` the byte ranges written (for a prefix part, `[(0, held)]`).
+    `done` the byte ranges written (for a prefix part, `[(0, held)]`); `validators` the
+    version of the file they are bytes of, when the service named it (ETag, Last-Modified).
     """
 
     path: Path
@@ -72,26 +100,63 @@ class PartFile:
     total: int | None = None
     done: list[Span] = attrs.field(factory=list)
     sliced: bool = False  # its sidecar came from a download in slices
-    _recorded: tuple[int | None, bool] | None = None
+    validators: Validators | None = None
+    _recorded: tuple[int | None, bool, Validators | None] | None = None
 
-    def record(self, total: int | None, ranges: bool) -> None:
-        """Write the sidecar for what the service has just shown (only when it changed)."""
-        if self._recorded == (total, ranges):
+    def record(self, total: int | None, ranges: bool, validators: Validators | None = None) -> None:
+        """Write the sidecar for what the service has just shown (only when it changed: a
+        restart onto another version of the same size changes the validators only)."""
+        if self._recorded == (total, ranges, validators):
             return
-        self._recorded = (total, ranges)
-        body = {**attrs.asdict(self.of), "total": total, "ranges": ranges}
-        scratch = self.sidecar.with_name(self.sidecar.name + ".new")
-        scratch.write_text(json.dumps(body))
-        os.replace(scratch, self.sidecar)  # whole or not at all, even if the process dies
+        self._recorded = (total, ranges, validators)
+        body = {
+            **attrs.asdict(self.of),
+            "total": total,
+            "ranges": ranges,
+            **(validators.record() if validators is not None else {}),
+        }
+        self._write_sidecar(body)
 
-    def record_done(self, total: int, done: list[Span]) -> None:
+    def record_done(
+        self, total: int, done: list[Span], validators: Validators | None = None
+    ) -> None:
         """Write the sidecar of a part written in slices: `done` are the ranges written
-        (call it only after their bytes are written). Safe from any one thread at a time."""
-        self._recorded = (total, True)
-        body = {**attrs.asdict(self.of), "total": total, "ranges": True, "done": done}
-        scratch = self.sidecar.with_name(self.sidecar.name + ".new")
-        scratch.write_text(json.dumps(body))
-        os.replace(scratch, self.sidecar)
+        (call it only after their bytes are written), of the version `validators` names.
+        Safe from any one thread at a time."""
+        self._recorded = (total, True, validators)
+        body = {
+            **attrs.asdict(self.of),
+            "total": total,
+            "ranges": True,
+            "done": done,
+            **(validators.record() if validators is not None else {}),
+        }
+        self._write_sidecar(body)
+
+    def _write_sidecar(self, body: dict[str, Any]) -> None:
+        # A scratch file of its own (O_EXCL: never one planted under the name, never through
+        # a link), then a rename over the sidecar: whole or not at all, even if the process
+        # dies, and a link planted at the sidecar's name is replaced, not followed.
+        data = json.dumps(body).encode()
+        for tries_left in range(2, -1, -1):
+            scratch = self.sidecar.with_name(f"{self.sidecar.name}.{_scratch_tag()}.new")
+            try:
+                fd = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600)
+                break
+            except FileExistsError:  # planted, or (one in 2**32) another writer's
+                if not tries_left:
+                    raise
+        try:
+            try:
+                while data:
+                    data = data[os.write(fd, data) :]
+            finally:
+                os.close(fd)
+            os.replace(scratch, self.sidecar)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(scratch)
+            raise
 
     @property
     def resumable(self) -> bool:
@@ -114,9 +179,11 @@ def open_part(dest: Path, of: PartOf, *, resume: bool, sliced: bool = False) -> 
 
     Raises:
         DestinationLockedError: another download is writing `dest` right now.
+        DestinationUnsafeError: something that is not this user's partial file sits at the
+            part's name and cannot be removed.
     """
     path, sidecar = part_paths(dest)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = _open_own(path)
     try:
         if fcntl is not None:
             try:
@@ -142,6 +209,7 @@ def open_part(dest: Path, of: PartOf, *, resume: bool, sliced: bool = False) -> 
     if done and seen is not None:
         part.held, part.total, part.done = prefix(done), seen["total"], done
         part.sliced = sliced and "done" in seen
+        part.validators = Validators.from_record(seen)  # vouched: its types are checked
     elif size:  # bytes of something else (or unvouched): never appended to
         # Only when there are bytes to drop: on ext4 a truncate to zero (even of an empty
         # file) makes close() write the whole new file back first (auto_da_alloc), which
@@ -150,10 +218,105 @@ def open_part(dest: Path, of: PartOf, *, resume: bool, sliced: bool = False) -> 
     return part
 
 
-def _read_sidecar(sidecar: Path) -> dict[str, Any] | None:
+def _scratch_tag() -> str:
+    return secrets.token_hex(4)
+
+
+def _own_file(st: os.stat_result) -> bool:
+    """Whether a file may be taken for a part or sidecar of this user's: a regular file
+    (not a FIFO, a device, a directory), this user's, and no hard link to anything else."""
+    return stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and st.st_nlink == 1
+
+
+def _what(st: os.stat_result) -> str:
+    if stat.S_ISLNK(st.st_mode):
+        return "a symbolic link"
+    if stat.S_ISDIR(st.st_mode):
+        return "a directory"
+    if not stat.S_ISREG(st.st_mode):
+        return "not a regular file"
+    if st.st_uid != os.geteuid():
+        return f"a file of another user (uid {st.st_uid})"
+    return f"a file with {st.st_nlink} hard links"
+
+
+def _open_own(path: Path) -> int:
+    """Open `path` for reading and writing, as this user's own regular file (created, mode
+    0600, when absent), never through a link: whatever else sits there is removed first, or
+    refused."""
+    for _ in range(3):  # another download of the same dest may create or remove it meanwhile
+        try:
+            st: os.stat_result | None = os.lstat(path)
+        except FileNotFoundError:
+            st = None
+        if st is not None and _own_file(st):
+            try:
+                fd = os.open(path, os.O_RDWR | _NOFOLLOW)
+            except OSError as exc:
+                if exc.errno not in (errno.ENOENT, errno.ELOOP):
+                    raise
+                continue  # removed or replaced since the check
+            now = os.fstat(fd)
+            if (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino):
+                return fd  # the very file checked
+            os.close(fd)
+            continue
+        if st is not None:
+            _remove_planted(path, st)
+        try:
+            # O_EXCL: a file this call creates is ours whatever its owner shows (on NFS with
+            # root squashing, root's files belong to nobody).
+            return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600)
+        except FileExistsError:
+            continue
+    raise DestinationUnsafeError(
+        f"the partial file's name {str(path)!r} kept being taken by something else while the "
+        "download opened it (someone else writes that directory); download elsewhere"
+    )
+
+
+def _remove_planted(path: Path, st: os.stat_result) -> None:
+    # The name is sandboxkit's own: what sits there is no part a download of ours left (we
+    # make neither links nor shared files), so it holds nothing to keep. Unlinking a link
+    # removes the link only; its target is never opened.
     try:
-        seen = json.loads(sidecar.read_text())
-    except (OSError, ValueError):
+        os.unlink(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise DestinationUnsafeError(
+            f"the partial file's name {str(path)!r} is taken by {_what(st)}, which sandboxkit "
+            f"will not write through and could not remove ({exc.strerror}); remove it, or "
+            "download elsewhere"
+        ) from None
+    logger.warning(
+        "sandboxkit: removed %s at %r, where a download's partial file goes (its target, if "
+        "any, is untouched)",
+        _what(st),
+        str(path),
+    )
+
+
+def _read_sidecar(sidecar: Path) -> dict[str, Any] | None:
+    """The sidecar's JSON object, or None for anything that is not one of ours: a link, a
+    FIFO, another user's file, a huge file, JSON that is invalid or nested past the parser."""
+    try:
+        fd = os.open(sidecar, os.O_RDONLY | os.O_NONBLOCK | _NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        if not _own_file(os.fstat(fd)):
+            return None
+        raw = os.read(fd, _SIDECAR_LIMIT + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if len(raw) > _SIDECAR_LIMIT:
+        return None
+    try:
+        seen = json.loads(raw)
+    except (ValueError, RecursionError):
         return None
     return seen if isinstance(seen, dict) else None
 
@@ -167,9 +330,13 @@ def _vouched(seen: dict[str, Any], of: PartOf, size: int) -> list[Span] | None:
         and seen.get("path") == of.path
         and seen.get("username") == of.username
         and seen.get("ranges") is True
-        and isinstance(total, int)
+        and type(total) is int
         and 0 < size <= total
     ):
+        return None
+    try:
+        Validators.from_record(seen)  # what open_part hands on: of the types it writes
+    except ValueError:
         return None
     if "done" not in seen:
         return [(0, size)]

@@ -9,8 +9,9 @@ queue for `parts - 1` more connections, and the first one's once its piece is do
 piece is one `Calls.run` of `Range: bytes=a-b` GETs on the host's own pool (so within
 `per_host_connections` and the host's 429 window), resumed from where it got to after a
 cut; its bytes are written in place with `os.pwritev` from worker threads, a few MiB a
-call. A piece answer that shows the file changed (another total, a 200, a 416) starts the
-whole download over from an empty part.
+call. Each piece carries `If-Range` with the download's strong validator (the first answer's,
+or the sidecar's), so a piece answer shows a file that changed (a 200, another total, other
+validators, a 416), which starts the whole download over from an empty part.
 
 The sha256 follows the written prefix: a task reads back from the page cache (`preadv`)
 what is contiguous from byte 0 and hashes it as the prefix grows; with pieces handed out in
@@ -38,8 +39,8 @@ import attrs
 from .._bodies import StreamingResponse
 from .._cancel import raise_held, wait_through_cancels
 from .._config import ParallelDownloads, Timeout
-from .._protocol import FILES_PATH, RANGE
-from .._resume import Action, ResumeState
+from .._protocol import FILES_PATH, range_headers
+from .._resume import Action, ResumeState, Validators
 from .._retry import TryAgain
 from .._slices import Span, judge_slice, missing, split
 from ..errors import APITimeoutError, ResponseDecodeError, SandboxKitError, ValidationError
@@ -132,6 +133,8 @@ class _Run:
     _moved: int = 0
     _first: ResumeState | None = None
     _stop: int | None = None
+    # The version every piece must be of: the first answer's, or a sliced part's sidecar's.
+    _validators: Validators | None = None
 
     def _moved_on(self, size: int) -> None:
         self._moved += size
@@ -162,7 +165,7 @@ class _Run:
                 logger.warning("%s: %s", OPERATION, restart)
                 await self.sink.truncate()
                 self.part.held, self.part.total, self.part.done = 0, None, []
-                self.part.sliced = False
+                self.part.sliced, self.part.validators, self._validators = False, None, None
                 self.file, self._stop, self._moved = None, None, 0
                 self._queue.clear()
                 self._continued.clear()
@@ -173,6 +176,7 @@ class _Run:
             # A part an earlier download wrote in slices (so the link was long enough):
             # fetch only its gaps, in slices again.
             self._continued = {end for _, end in part.done if end < part.total}
+            self._validators = part.validators
             self._begin_split(part.total, part.done, self.parallel.parts)
         else:
             if len(part.done) > 1:  # one stream continues the first range only
@@ -214,12 +218,13 @@ class _Run:
             ):
                 pieces = self._plan([(0, total)], self.parallel.parts)
                 if len(pieces) > 1:
+                    self._validators = now.validators
                     self._stop = pieces[0][1]
                     self._queue.extend(pieces[1:])
                     self._begin_split(total, [], self.parallel.parts - 1, queued=True)
                     switch.writer = self._writer(0)
                     return self._stop
-            self.part.record(total, now.ranges_supported)
+            self.part.record(total, now.ranges_supported, now.validators)
             return None
 
         def progress(done: int, total: int | None) -> None:
@@ -238,9 +243,8 @@ class _Run:
     def _begin_split(
         self, total: int, done: list[Span], workers: int, queued: bool = False
     ) -> None:
-        self.file = InPlace(
-            self.part, Ledger(self.part, total, list(done)), self._moved_on, self.parallel.parts
-        )
+        ledger = Ledger(self.part, total, list(done), self._validators)
+        self.file = InPlace(self.part, ledger, self._moved_on, self.parallel.parts)
         # Before any byte lands where a prefix part's size would vouch for it.
         self.file.ledger.save()
         if not queued:
@@ -294,8 +298,9 @@ class _Run:
             await self._piece(start, end)
 
     async def _piece(self, start: int, end: int) -> None:
-        request, file = self.request, self.file
+        request, file, held = self.request, self.file, self._validators
         assert file is not None
+        if_range = None if held is None else held.if_range()
         at = start
 
         async def attempt(timeout: Timeout) -> TryAgain | None:
@@ -308,13 +313,10 @@ class _Run:
                 operation=OPERATION,
                 timeout=timeout,
                 params=request.query,
-                headers={RANGE: f"bytes={at}-{end - 1}"},
+                headers=range_headers(at, end, if_range),
             ) as response:
                 decision, stop = judge_slice(
-                    response_info(response),
-                    at,
-                    end,
-                    file.ledger.total,
+                    response_info(response), at, end, file.ledger.total, held
                 )
                 if decision.action is Action.RETRY:
                     raise _Restart(decision.reason)
