@@ -237,8 +237,27 @@ import asyncio, json, os, signal, sys
 import sandboxkit
 from sandboxkit import batch
 from sandboxkit.emulator import EmulatorResolver
+from sandboxkit.resources import _file_sink
 
 args = json.loads(sys.argv[1])
+finished = 0
+written = {}  # bytes on disk per partial file (by inode)
+write_all = _file_sink._write_all
+
+
+def write_and_maybe_die(fd, pieces):
+    # The kill lands at a byte offset the test controls, not at a moment: once
+    # `kill_after` jobs are done, right after a file's second whole batch is on disk (its
+    # sidecar was written before its body), so a part with bytes is always left.
+    size = sum(len(piece) for piece in pieces)
+    write_all(fd, pieces)
+    inode = os.fstat(fd).st_ino
+    written[inode] = written.get(inode, 0) + size
+    if 0 <= args["kill_after"] <= finished and written[inode] >= 2 * _file_sink.WRITE_BATCH:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+_file_sink._write_all = write_and_maybe_die
 
 async def main() -> None:
     client = sandboxkit.Client(
@@ -249,9 +268,9 @@ async def main() -> None:
     jobs = [batch.DownloadJob(ref, remote, os.path.join(args["dir"], os.path.basename(remote)))
             for remote in args["remotes"]]
 
-    def progress(finished: int, total: int, outcome: object) -> None:
-        if finished == args["kill_after"]:
-            os.kill(os.getpid(), signal.SIGKILL)  # mid-batch: the others are mid-body
+    def progress(done: int, total: int, outcome: object) -> None:
+        global finished
+        finished = done
 
     async with client:
         result = await batch.download_many(
@@ -328,11 +347,11 @@ async def test_a_batch_killed_twice_and_rerun_ends_right_without_fetching_twice(
                 if n.endswith(".part")
             },
         )
-        kills_that_left_parts += kill_after > 0 and bool(left[1])
-    # Which kill catches a job mid-body depends on timing (a loaded machine can finish the
-    # jobs in flight together); one of the two must, or the test proved nothing.
-    assert kills_that_left_parts, "no kill left a partial file to resume"
-    assert resumed, "no rerun continued a part with bytes in it: the test proved nothing"
+        if kill_after > 0:  # the kill came right after a part's second batch was written
+            assert max(left[1].values(), default=0) >= 8 * MiB, left
+            kills_that_left_parts += 1
+    assert kills_that_left_parts == 2
+    assert resumed >= 2, "a rerun did not continue a part with bytes in it"
     for remote, data in files.items():
         local = tmp_path / Path(remote).name
         assert hashlib.sha256(local.read_bytes()).hexdigest() == sha(data), remote
