@@ -8,8 +8,10 @@ the seed handling of every randomized test (`SANDBOXKIT_SEED=` replays one).
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
+import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -19,6 +21,22 @@ import sandboxkit
 
 PROC_FD = Path("/proc/self/fd")
 HAS_PROC = PROC_FD.is_dir() and Path("/proc/net/tcp").exists()
+
+
+async def run_script(script: str, args: object, timeout: float = 120) -> tuple[int, str]:
+    """Run `script` in a fresh Python with `args` as JSON in argv[1]; its exit status (-9:
+    SIGKILL) and what it printed (stdout, then stderr)."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        script,
+        json.dumps(args),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), timeout)
+    assert process.returncode is not None
+    return process.returncode, out.decode() + err.decode()
 
 
 def seed(default: int) -> int:

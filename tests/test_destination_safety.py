@@ -15,7 +15,6 @@ import asyncio
 import json
 import os
 import stat
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +28,7 @@ from sandboxkit.resources import _partial
 from sandboxkit.resources._partial import part_paths
 
 from .files_support import Box, new_box, payload, sha
+from .reliability_support import run_script
 
 MiB = 1 << 20
 REMOTE = "/home/user/result.bin"
@@ -402,17 +402,9 @@ async def test_a_second_users_download_never_writes_through_roots_link(
             "dest": str(dest),
             "uid": NOBODY,
         }
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-c",
-            VICTIM,
-            json.dumps(args),
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        out, err = await asyncio.wait_for(process.communicate(), 60)
-        assert process.returncode == 0, err.decode()
-        outcome, message = json.loads(out.decode().splitlines()[-1])
+        code, output = await run_script(VICTIM, args, 60)
+        assert code == 0, output
+        outcome, message = json.loads(output.splitlines()[0])
         downloads = len(emulator.journal_for("files.download"))
         if sticky:
             assert outcome == "DestinationUnsafeError", message

@@ -11,10 +11,8 @@ for sandboxkit; each test asserts on the bytes, the sha256 and the headers the s
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -28,7 +26,7 @@ from sandboxkit.resources._partial import PartOf, open_part, part_paths
 
 from .conftest import hostile_client
 from .files_support import payload, sha
-from .reliability_support import part_files
+from .reliability_support import part_files, run_script
 from .versions_support import NEW_MTIME, OLD_MTIME, CutProxy, Exchange, FileServer, Mode, place
 
 MiB = 1 << 20
@@ -241,16 +239,8 @@ async def killed_at_half(server: FileServer, dest: Path, *, parts: int, split: b
         "parts": parts,
         "split": split,
     }
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-c",
-        CHILD,
-        json.dumps(args),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(process.communicate(), timeout=120)
-    assert process.returncode == -9, (out + err).decode()
+    code, output = await run_script(CHILD, args)
+    assert code == -9, output
 
 
 def recorded(dest: Path, mode: Mode, first: Exchange) -> dict[str, Any]:

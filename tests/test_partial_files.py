@@ -8,7 +8,6 @@ import hashlib
 import io
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from sandboxkit.emulator import Emulator
 from sandboxkit.resources._partial import part_paths
 
 from .files_support import NO_RESUME, Box, new_box, payload, sha
+from .reliability_support import run_script
 
 MiB = 1 << 20
 REMOTE = "/home/user/big.bin"
@@ -284,17 +284,7 @@ asyncio.run(main())
 
 
 async def _run_child(args: dict[str, Any]) -> tuple[int, str]:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-c",
-        CHILD,
-        json.dumps(args),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(process.communicate(), timeout=120)
-    assert process.returncode is not None
-    return process.returncode, out.decode() + err.decode()
+    return await run_script(CHILD, args)
 
 
 async def test_a_batch_killed_twice_and_rerun_ends_right_without_fetching_twice(

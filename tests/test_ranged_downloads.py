@@ -10,7 +10,6 @@ import itertools
 import json
 import os
 import pickle
-import sys
 import tracemalloc
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -28,7 +27,7 @@ from sandboxkit.resources._partial import PartOf, open_part, part_paths
 
 from .cli_support import EmulatorThread
 from .files_support import NO_RESUME, Box, new_box, payload, sha
-from .reliability_support import busy_connections, part_files
+from .reliability_support import busy_connections, part_files, run_script
 
 KiB, MiB = 1 << 10, 1 << 20
 REMOTE = "/home/user/big.bin"
@@ -386,16 +385,8 @@ async def test_a_killed_process_rerun_fetches_only_the_missing_ranges(
         "remote": REMOTE,
         "dest": str(dest),
     }
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-c",
-        CHILD,
-        json.dumps(args),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(process.communicate(), timeout=120)
-    assert process.returncode == -9, (out + err).decode()
+    code, output = await run_script(CHILD, args)
+    assert code == -9, output
     _part, sidecar = part_paths(dest)
     done = [tuple(span) for span in json.loads(sidecar.read_text())["done"]]
     assert done and sum(end - start for start, end in done) < len(data)
