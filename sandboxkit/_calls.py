@@ -120,6 +120,8 @@ class Calls:
                         operation=operation,
                     ) from exc
         except BaseException as exc:
+            if isinstance(exc, SandboxKitError) and exc.operation is None:
+                exc.operation = operation  # every error of a call names it (the innermost)
             if watch is not None:
                 watch.end(exc, transfer)
             raise

@@ -101,7 +101,19 @@ Surface = Literal["v2", "v1", "data"]
 
 
 class SandboxKitError(Exception):
-    """Root of every exception sandboxkit raises."""
+    """Root of every exception sandboxkit raises. `operation` names the call that raised it
+    (`files.download`...); None only for one raised before any call (a bad argument)."""
+
+    operation: str | None = None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # To cross process boundaries (batch, Dask) whatever the constructor takes: made
+        # again from its args without __init__, then given every attribute it had.
+        return _restore, (type(self), self.args), self.__dict__
+
+
+def _restore(cls: type[SandboxKitError], args: tuple[Any, ...]) -> SandboxKitError:
+    return cls.__new__(cls, *args)
 
 
 class ValidationError(SandboxKitError, ValueError):
@@ -119,10 +131,6 @@ class TransportError(SandboxKitError):
         super().__init__(message)
         self.message = message
         self.operation = operation
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # Keyword-only constructors need help to cross process boundaries (batch, Dask).
-        return _rebuild, (type(self), (self.message,), {"operation": self.operation})
 
 
 class APIConnectionError(TransportError):
@@ -144,10 +152,6 @@ class ProxyError(APIConnectionError):
     def __init__(self, message: str, *, status: int, operation: str | None = None) -> None:
         super().__init__(message, operation=operation)
         self.status = status
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        kwargs = {"status": self.status, "operation": self.operation}
-        return _rebuild, (type(self), (self.message,), kwargs)
 
 
 class HostUnavailableError(APIConnectionError):
@@ -201,16 +205,6 @@ class BuildWaitTimeoutError(APITimeoutError):
         self.timeout = timeout
         self.build = build
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        kwargs = {
-            "template_id": self.template_id,
-            "build_id": self.build_id,
-            "timeout": self.timeout,
-            "build": self.build,
-            "operation": self.operation,
-        }
-        return _rebuild, (type(self), (self.message,), kwargs)
-
 
 class ResponseDecodeError(SandboxKitError):
     """A success status whose body does not have the shape the interface shows."""
@@ -220,13 +214,6 @@ class ResponseDecodeError(SandboxKitError):
         self.message = message
         self.status = status
         self.request_id = request_id
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return _rebuild, (
-            type(self),
-            (self.message,),
-            {"status": self.status, "request_id": self.request_id},
-        )
 
 
 class PaginationError(SandboxKitError):
@@ -283,20 +270,6 @@ class APIError(SandboxKitError):
         self.validation_detail = validation_detail
         self.retry_after = retry_after
         self.traces = traces
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        kwargs = {
-            "status": self.status,
-            "surface": self.surface,
-            "request_id": self.request_id,
-            "code": self.code,
-            "details": dict(self.details) if self.details is not None else None,
-            "group": self.group,
-            "validation_detail": self.validation_detail,
-            "retry_after": self.retry_after,
-            "traces": self.traces,
-        }
-        return _rebuild, (type(self), (self.message,), kwargs)
 
     def __str__(self) -> str:
         parts = [f"{self.status}"]
@@ -403,14 +376,6 @@ class BuildFailedError(SandboxKitError):
     def __init__(self, *, build_id: str, code: str | None, message: str | None) -> None:
         super().__init__(f"build {build_id} failed: {code}: {message}")
         self.build_id, self.code, self.message = build_id, code, message
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        kwargs = {"build_id": self.build_id, "code": self.code, "message": self.message}
-        return _rebuild, (type(self), (), kwargs)
-
-
-def _rebuild(cls: type[Exception], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Exception:
-    return cls(*args, **kwargs)
 
 
 STATUS_ERRORS: Mapping[int, type[APIError]] = {

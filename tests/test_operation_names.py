@@ -233,3 +233,24 @@ async def test_the_sdk_logs_and_raises_under_the_route_name_the_journal_shows(
     assert said, "the cut must show in a retry warning or in the error"
     assert set(said) == {emulator.journal[-1].route} == {name}
     assert emulator.journal[0].fault is not None and emulator.journal[0].route == name
+
+
+@pytest.mark.parametrize("name", list(CALLS))
+async def test_an_error_status_names_the_operation_that_met_it(
+    emulator: Emulator, emulator_client: sandboxkit.Client, name: str
+) -> None:
+    """Every SandboxKitError a call raises carries its operation (`exc.operation`), an
+    APIError too: one to script a fault for, the journal's route."""
+    world = await _world(emulator, emulator_client)
+    emulator.faults.script(name, Fault.status(404))
+    with pytest.raises(sandboxkit.NotFoundError) as caught:
+        await CALLS[name](world)
+    assert caught.value.operation == name == emulator.journal[-1].route
+
+
+async def test_an_error_before_any_call_names_no_operation(
+    emulator_client: sandboxkit.Client,
+) -> None:
+    with pytest.raises(sandboxkit.ValidationError) as caught:
+        await emulator_client.templates.create(name="", resources=RESOURCES)
+    assert caught.value.operation is None

@@ -148,6 +148,29 @@ def test_errors_pickle_with_their_fields() -> None:
 
 
 @pytest.mark.parametrize(
+    "error",
+    [
+        answers.decode_error(404, b'{"code":"c","message":"m"}', {"X-Request-ID": "r"}, "v2"),
+        sandboxkit.ResponseDecodeError("bad body", status=200, request_id="r"),
+        sandboxkit.BuildFailedError(build_id="b", code="E", message="no"),
+        sandboxkit.ProxyError("refused", status=407, operation="files.download"),
+        sandboxkit.DestinationUnsafeError("a link"),
+        ValidationError("bad"),
+    ],
+    ids=type,
+)
+def test_every_error_pickles_with_every_field_and_its_operation(
+    error: sandboxkit.SandboxKitError,
+) -> None:
+    """One rule for every class (the call's operation is set after the error is made)."""
+    error.operation = "builds.list"
+    clone = pickle.loads(pickle.dumps(error))
+    assert type(clone) is type(error)
+    assert (clone.args, vars(clone), str(clone)) == (error.args, vars(error), str(error))
+    assert clone.operation == "builds.list"
+
+
+@pytest.mark.parametrize(
     ("value", "expected"),
     [
         ("1", 1.0),
