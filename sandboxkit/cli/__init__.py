@@ -1,6 +1,6 @@
 """The `sandboxkit` console script: templates, builds, files, the emulator, and the demo.
 
-Needs the `cli` extra (`pip install 'sandboxkit[cli]'`: click and rich). Built on the public
+Needs the `cli` extra (`pip install 'sandboxkit-sdk[cli]'`: click and rich). Built on the public
 API only (`sandboxkit`, `sandboxkit.emulator`).
 """
 
@@ -16,7 +16,9 @@ except ImportError as _missing:  # pragma: no cover - depends on the installatio
 
     def main() -> None:
         """Explain how to install the CLI's dependencies."""
-        sys.exit(f"the sandboxkit CLI needs its extra: pip install 'sandboxkit[cli]' ({_REASON})")
+        sys.exit(
+            f"the sandboxkit CLI needs its extra: pip install 'sandboxkit-sdk[cli]' ({_REASON})"
+        )
 
 else:
     from ._app import cli, main
