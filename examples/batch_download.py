@@ -3,7 +3,8 @@
 Run it against the standalone emulator, which prints the variables it reads::
 
     sandboxkit emulator            # in another shell; paste its export lines here
-    python examples/batch_download.py results/
+    python examples/batch_download.py             # into a new temporary directory
+    python examples/batch_download.py results/    # or into a directory you name
 
 A real batch lists one job per sandbox; here one sandbox stands in for many. The second
 pass uses `skip_existing=True`: downloads land whole or not at all, so a file already at its
@@ -16,6 +17,7 @@ import asyncio
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import sandboxkit
@@ -49,6 +51,10 @@ async def main(out: Path) -> None:
 
 
 if __name__ == "__main__":
-    results = Path(sys.argv[1] if len(sys.argv) > 1 else "results")
-    results.mkdir(parents=True, exist_ok=True)  # download_many checks it exists, up front
+    if len(sys.argv) > 1:
+        results = Path(sys.argv[1])
+        results.mkdir(parents=True, exist_ok=True)  # download_many checks it, up front
+    else:  # not the current directory: run from a checkout, it would land in the tree
+        results = Path(tempfile.mkdtemp(prefix="sandboxkit-batch-"))
     asyncio.run(main(results))
+    print(f"the files are in {results}")

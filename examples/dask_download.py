@@ -42,6 +42,7 @@ def main() -> None:
     print(result.summary)
     for outcome in result.failures:
         print("failed:", outcome.job.remote, outcome.error)
+    print(f"the files are in {out} (remove it when done)")
 
 
 if __name__ == "__main__":

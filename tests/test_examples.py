@@ -28,11 +28,13 @@ def exports() -> Iterator[dict[str, str]]:
 
 
 def run_example(name: str, exports: dict[str, str], cwd: Path, *args: str) -> str:
-    """Run examples/`name` with the exports as its only SANDBOXKIT_* settings; its stdout."""
+    """Run examples/`name` with the exports as its only SANDBOXKIT_* settings, and a TMPDIR
+    of its own (`cwd / "tmp"`); its stdout."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SANDBOXKIT_")}
+    (cwd / "tmp").mkdir(exist_ok=True)
     done = subprocess.run(
         [sys.executable, "-W", "error::RuntimeWarning", str(EXAMPLES / name), *args],
-        env={**env, **exports},
+        env={**env, **exports, "TMPDIR": str(cwd / "tmp")},
         cwd=cwd,
         capture_output=True,
         text=True,
@@ -68,7 +70,21 @@ def test_batch_download_skips_what_the_first_pass_fetched(
     assert (tmp_path / "results" / "result-3.json").read_text() == '{"run": 3, "score": 0.15}'
 
 
+def test_batch_download_without_a_directory_writes_nothing_where_it_runs(
+    exports: dict[str, str], tmp_path: Path
+) -> None:
+    """Run from a checkout, it must not leave files in the tree: a temporary directory,
+    named on its last line."""
+    out = run_example("batch_download.py", exports, tmp_path)
+    [made] = (tmp_path / "tmp").iterdir()
+    assert out.splitlines()[-1] == f"the files are in {made}"
+    assert len(list(made.iterdir())) == 20
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tmp"]
+
+
 def test_dask_download(exports: dict[str, str], tmp_path: Path) -> None:
     pytest.importorskip("distributed")
     out = run_example("dask_download.py", exports, tmp_path)
     assert "total=8, done=8, failed=0" in out and "failed:" not in out
+    [made] = (tmp_path / "tmp").glob("sandboxkit-dask-*")
+    assert out.splitlines()[-1] == f"the files are in {made} (remove it when done)"
