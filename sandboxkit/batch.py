@@ -153,7 +153,8 @@ class BatchSummary:
     attempts: int | None
     retries: int | None
     resumes: int | None
-    elapsed: float
+    # Shown rounded (`elapsed=0.051`): a summary is read by people; the value keeps it all.
+    elapsed: float = attrs.field(repr=lambda seconds: f"{seconds:.3f}")
     skipped: int = 0
 
 

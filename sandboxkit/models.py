@@ -253,7 +253,7 @@ class DownloadResult:
     sha256: str | None
     attempts: int
     resumes: int
-    elapsed: float
+    elapsed: float = attrs.field(repr=lambda seconds: f"{seconds:.3f}")  # seconds, shown rounded
 
 
 # --- v1 -------------------------------------------------------------------------------------

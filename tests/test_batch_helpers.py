@@ -128,3 +128,16 @@ async def test_a_bad_job_among_bytes_jobs_stops_the_batch_before_sending(
     with pytest.raises(sandboxkit.ValidationError, match=r"^jobs\[1\]: local file"):
         await batch.upload_many(emulator_client, missing)
     assert [r for r in emulator.journal if r.server == "data"] == []
+
+
+def test_summaries_and_results_show_durations_rounded() -> None:
+    """A summary is printed for people (`elapsed=0.051`, not 0.05064345099998491); the value
+    itself keeps every digit."""
+    summary = batch.BatchSummary(
+        total=1, done=1, failed=0, bytes=3, attempts=1, retries=0, resumes=0, elapsed=0.0506434
+    )
+    assert "elapsed=0.051," in repr(summary) and summary.elapsed == 0.0506434
+    result = sandboxkit.DownloadResult(
+        path=Path("x"), size=1, sha256=None, attempts=1, resumes=0, elapsed=1.23456
+    )
+    assert repr(result).endswith("elapsed=1.235)")
