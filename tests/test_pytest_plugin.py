@@ -179,6 +179,25 @@ def test_importing_the_plugin_imports_neither_aiohttp_nor_the_emulator() -> None
     assert "sandboxkit.pytest_plugin" in loaded
     heavy = {"aiohttp", "sandboxkit.emulator", "sandboxkit.client"}
     assert {m for m in loaded if any(m == h or m.startswith(h + ".") for h in heavy)} == set()
+    # Nor sandboxkit's own names (attrs classes, converters): about 60 ms a session before
+    # they loaded on first use. Only the package, its version and the plugin.
+    assert {m for m in loaded if m.startswith("sandboxkit")} == {
+        "sandboxkit",
+        "sandboxkit._version",
+        "sandboxkit.pytest_plugin",
+    }
+    assert not {"attrs", "attr", "cattrs"} & loaded
+
+
+def test_every_public_name_loads_on_first_use() -> None:
+    """The names `import sandboxkit` promises are all there, each the object its module has."""
+    for name in sandboxkit.__all__:
+        value = getattr(sandboxkit, name)
+        if hasattr(value, "__module__") and name != "__version__":
+            assert getattr(sys.modules[value.__module__], value.__name__) is value
+    assert set(sandboxkit.__all__) <= set(dir(sandboxkit))
+    with pytest.raises(AttributeError, match="no attribute 'Clinet'"):
+        sandboxkit.Clinet  # type: ignore[attr-defined]  # noqa: B018
 
 
 @pytest.mark.parametrize("mode", ["strict", "auto"])
