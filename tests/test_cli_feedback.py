@@ -88,6 +88,26 @@ def test_follow_says_once_that_a_build_waits_to_be_started(
     assert err == [note]
 
 
+def test_logs_of_a_build_with_no_entries_say_so_instead_of_nothing(
+    clocked: tuple[EmulatorThread, ManualClock],
+) -> None:
+    """Without --follow, an empty answer printed nothing and exited 0: a build nobody
+    started says how to start it, one with no entries at a level says that."""
+    emu, _clock = clocked
+    template_id, build_id = _create(emu, "unread", "--split")
+    empty = invoke(emu, "builds", "logs", template_id, build_id)
+    assert (empty.exit_code, empty.stdout) == (0, "")
+    assert empty.stderr.splitlines() == [
+        f"build {build_id} is waiting: it has not started; start it with "
+        f"`sandboxkit builds start {template_id} {build_id}`"
+    ]
+    started = invoke(emu, "builds", "start", template_id, build_id)
+    assert started.exit_code == 0, started.output
+    quiet = invoke(emu, "builds", "logs", template_id, build_id, "--level", "error")
+    assert quiet.exit_code == 0 and quiet.stdout == ""
+    assert quiet.stderr.splitlines() == [f"build {build_id} has no log entries at level error yet"]
+
+
 def test_follow_of_a_started_build_still_queued_says_nothing(
     clocked: tuple[EmulatorThread, ManualClock],
 ) -> None:

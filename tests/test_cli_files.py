@@ -166,7 +166,9 @@ def test_signal_during_download_exits_cleanly_and_leaves_nothing(
         process.wait()
         emulator_thread.emu.faults.clear()
     assert process.returncode == code, stderr
-    assert stderr.splitlines() == [line]  # no blank line before it either
+    dest = tmp_path / "slow.bin"
+    said = f"{line}: the partial file was removed; {str(dest)!r} is as it was"
+    assert stderr.splitlines() == [said]  # no blank line before it either
     assert list(tmp_path.iterdir()) == []
 
 
@@ -227,7 +229,8 @@ def test_a_second_signal_while_exiting_changes_nothing(
             # A first write batch is on disk: the cleanup has a writer thread to wait for.
             wait_for(lambda: _part_size(tmp_path) >= WRITE_BATCH, "a batch on disk")
             process.send_signal(signum)
-            stderr.wait_for(line)  # the process is on its way out
+            said = f"{line}: the partial file was removed; {str(tmp_path / 'f.bin')!r} is as it was"
+            stderr.wait_for(said)  # the process is on its way out
             process.send_signal(signum)
             process.wait(timeout=20)
         finally:
@@ -235,7 +238,7 @@ def test_a_second_signal_while_exiting_changes_nothing(
             process.wait()
         lines = stderr.all()
     assert process.returncode == code, lines
-    assert lines == [line]
+    assert lines == [said]
     assert list(tmp_path.iterdir()) == []
 
 
@@ -338,3 +341,41 @@ def test_a_retry_shows_on_the_bar_as_the_wait_and_its_reason(
     assert [reason for _, reason in waits] == ["502"]
     assert 0.0 <= waits[0][0] <= 0.5  # the default policy's first backoff bound
     assert (tmp_path / "r").read_bytes() == b"r" * 1000
+
+
+def test_options_are_taken_wherever_a_user_types_them(
+    emulator_thread: EmulatorThread, tmp_path: Path
+) -> None:
+    """The console's options after the command, the sandbox's before it: both work, with no
+    SANDBOXKIT_* variable to fall back on."""
+    unset: dict[str, str | None] = {
+        name: None for name in [*emulator_thread.env(), *emulator_thread.sandbox_env()]
+    }
+    sandbox = emulator_thread.sandbox_env()
+    flags = [
+        "--sandbox-key",
+        sandbox["SANDBOXKIT_SANDBOX_KEY"],
+        f"--domain={sandbox['SANDBOXKIT_SANDBOX_DOMAIN']}",
+        "--token",
+        sandbox["SANDBOXKIT_SANDBOX_TOKEN"],
+        "--data-plane-scheme",
+        "http",
+    ]
+    source = tmp_path / "in.txt"
+    source.write_bytes(b"typed anywhere\n")
+    runner = CliRunner()
+    up = runner.invoke(
+        cli, [*flags, "files", "upload", str(source), "/home/user/in.txt"], env=unset
+    )
+    assert up.exit_code == 0, up.output
+    console = ["--api-key", emulator_thread.emu.api_key, "--base-url", emulator_thread.emu.base_url]
+    sizes = ["--cpu", "1", "--memory-mb", "512", "--disk-mb", "1024"]
+    created = runner.invoke(cli, ["templates", "create", "anywhere", *sizes, *console], env=unset)
+    assert created.exit_code == 0, created.output
+    assert emulator_thread.emu.journal[-1].route == "templates.create"
+    down = runner.invoke(
+        cli,
+        ["files", "download", "/home/user/in.txt", str(tmp_path / "out.txt"), "--debug", *flags],
+    )
+    assert down.exit_code == 0, down.output
+    assert (tmp_path / "out.txt").read_bytes() == b"typed anywhere\n"

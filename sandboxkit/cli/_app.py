@@ -85,20 +85,28 @@ class Settings:
             **options,
         )
 
-    def run(self, work: Callable[[], Awaitable[T]], *, where: str | None = None) -> T:
+    def run(
+        self,
+        work: Callable[[], Awaitable[T]],
+        *,
+        where: str | None = None,
+        stopped: str | None = None,
+    ) -> T:
         """Run `work()` in a fresh event loop, turning failures into one line and an exit code.
 
         `where` names what the work was on (a transfer's remote path and sandbox), for the
         error line. Ctrl-C and SIGTERM cancel the running task (so transfers clean up their
-        temporary files) and exit 130 and 143.
+        temporary files) and exit 130 and 143, with one line that says so and, after a
+        colon, `stopped`: what was cleaned up and what is kept.
         """
+        suffix = f": {stopped}" if stopped else ""
         try:
             return run_cancellable(work)
         except KeyboardInterrupt:
-            click.echo("interrupted", err=True)
+            click.echo(f"interrupted{suffix}", err=True)
             raise SystemExit(EXIT_INTERRUPTED) from None
         except asyncio.CancelledError:
-            click.echo("terminated", err=True)
+            click.echo(f"terminated{suffix}", err=True)
             raise SystemExit(EXIT_TERMINATED) from None
         except click.ClickException:
             raise
@@ -216,8 +224,49 @@ _NO_ARGS_IS_HELP: tuple[type[click.UsageError], ...] = tuple(
 )
 
 
+# Options a user types anywhere on the line: the console's (the group's) and the sandbox's
+# (the `files` commands'), each with whether it takes a value. click knows an option only
+# at its own level: `sandboxkit files download ... --api-key K` and
+# `sandboxkit --token T files download ...` were usage errors.
+_GROUP_OPTIONS = {"--api-key": True, "--base-url": True, "--ca-file": True, "--debug": False}
+_SANDBOX_OPTIONS = {
+    "--sandbox-key": True,
+    "--domain": True,
+    "--token": True,
+    "--data-plane-scheme": True,
+}
+
+
+def place_options(args: Sequence[str]) -> list[str]:
+    """`args` with the group's options moved before the command and, on a `files` command
+    line, the sandbox's after it; order kept within each, nothing after `--` touched."""
+    cut = args.index("--") if "--" in args else len(args)
+    files = "files" in args[:cut]
+    head: list[str] = []
+    rest: list[str] = list(args[cut:])
+    middle: list[str] = []
+    tail: list[str] = []
+    at = 0
+    while at < cut:
+        arg = args[at]
+        name = arg.split("=", 1)[0]
+        if name in _GROUP_OPTIONS:
+            into, takes_value = head, _GROUP_OPTIONS[name]
+        elif files and name in _SANDBOX_OPTIONS:
+            into, takes_value = tail, _SANDBOX_OPTIONS[name]
+        else:
+            middle.append(arg)
+            at += 1
+            continue
+        width = 2 if takes_value and "=" not in arg and at + 1 < cut else 1
+        into.extend(args[at : at + width])
+        at += width
+    return [*head, *middle, *tail, *rest]
+
+
 class _Group(click.Group):
-    """A group whose usage errors are one line too, and whose Ctrl-C exits 130."""
+    """A group whose usage errors are one line too, whose Ctrl-C exits 130, and whose
+    options (and the sandbox's) may be typed anywhere on the line (`place_options`)."""
 
     def main(
         self,
@@ -228,6 +277,7 @@ class _Group(click.Group):
         **extra: Any,
     ) -> Any:
         """Parse and run like click, but print usage errors as one line."""
+        args = place_options(sys.argv[1:] if args is None else list(args))
         try:
             result = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except _NO_ARGS_IS_HELP as exc:  # a bare group: its help is the answer, not an error

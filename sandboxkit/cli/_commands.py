@@ -259,9 +259,15 @@ def builds_logs(
             )
             if follow and (note := await not_started_note(client, template_id, build_id)):
                 click.echo(note, err=True)
+            printed = 0
             async with stream:
                 async for entry in stream:
                     console.print(log_line(entry))
+                    printed += 1
+            if not printed and not follow:  # an empty screen and exit 0 read as a hang or a bug
+                note = await not_started_note(client, template_id, build_id)
+                level_note = f" at level {level}" if level else ""
+                click.echo(note or f"build {build_id} has no log entries{level_note} yet", err=True)
 
     settings.run(work)
 

@@ -180,7 +180,11 @@ def files_download(
             bar.finish(result.size)
         return result
 
-    click.echo(download_line(settings.run(work, where=remote_place(remote, sandbox_key))))
+    # A cancelled download removes its partial file (only a failure a later try may not
+    # meet keeps it for a resume): say so, and that DEST was never touched.
+    stopped = f"the partial file was removed; {str(dest)!r} is as it was"
+    result = settings.run(work, where=remote_place(remote, sandbox_key), stopped=stopped)
+    click.echo(download_line(result))
 
 
 @files.command("upload")
@@ -214,5 +218,6 @@ def files_upload(
             bar.finish(size)
         return elapsed, await anyio.to_thread.run_sync(sha256_of, source)
 
-    elapsed, digest = settings.run(work, where=remote_place(remote, sandbox_key))
+    stopped = f"the upload of {remote} did not finish; run it again (an upload is safe to repeat)"
+    elapsed, digest = settings.run(work, where=remote_place(remote, sandbox_key), stopped=stopped)
     click.echo(upload_line(remote, size, elapsed, digest))
