@@ -92,8 +92,8 @@ def _right(info: dict[str, Any], jobs: list[batch.DownloadJob]) -> float:
     digests = {f["path"]: f["sha256"] for f in info["files"]}
     right = 0
     for job in jobs:
-        if job.local.exists():
-            right += hashlib.sha256(job.local.read_bytes()).hexdigest() == digests[job.remote]
+        if job.dest.exists():
+            right += hashlib.sha256(job.dest.read_bytes()).hexdigest() == digests[job.remote]
     return right / len(jobs)
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -87,20 +88,33 @@ def _source_repr(value: Path | bytes) -> str:
     return f"<{len(value)} bytes>" if isinstance(value, bytes) else repr(value)
 
 
-@attrs.frozen
+@attrs.frozen(init=False)
 class DownloadJob:
-    """Download `remote` from `sandbox` to the local file `local`."""
+    """Download `remote` from `sandbox` to the local file `dest` (as `files.download`
+    names it; `local=` is its old name, deprecated)."""
 
     sandbox: SandboxRef
     remote: str
-    local: Path = attrs.field(converter=_to_path)
+    dest: Path = attrs.field(converter=_to_path)
+
+    def __init__(
+        self, sandbox: SandboxRef, remote: str, dest: Any = None, *, local: Any = None
+    ) -> None:
+        self.__attrs_init__(sandbox, remote, _renamed("DownloadJob", "dest", dest, local))
+
+    @property
+    def local(self) -> Path:
+        """Deprecated: `dest`."""
+        _warn_renamed("DownloadJob", "dest")
+        return self.dest
 
 
-@attrs.frozen
+@attrs.frozen(init=False)
 class UploadJob:
-    """Upload `local` to `remote` on `sandbox` (overwriting it): the local file at that path,
-    or, given `bytes`, those bytes from memory (no file is written; the job holds the bytes
-    it was given, without a copy, until the caller lets go of it). `repr` shows their size.
+    """Upload `source` to `remote` on `sandbox` (overwriting it): the local file at that
+    path, or, given `bytes`, those bytes from memory (no file is written; the job holds the
+    bytes it was given, without a copy, until the caller lets go of it). `repr` shows their
+    size. `source` is what `files.upload` calls it; `local=` is its old name, deprecated.
 
     Example::
 
@@ -110,7 +124,40 @@ class UploadJob:
 
     sandbox: SandboxRef
     remote: str
-    local: Path | bytes = attrs.field(converter=_to_path_or_bytes, repr=_source_repr)
+    source: Path | bytes = attrs.field(converter=_to_path_or_bytes, repr=_source_repr)
+
+    def __init__(
+        self, sandbox: SandboxRef, remote: str, source: Any = None, *, local: Any = None
+    ) -> None:
+        self.__attrs_init__(sandbox, remote, _renamed("UploadJob", "source", source, local))
+
+    @property
+    def local(self) -> Path | bytes:
+        """Deprecated: `source`."""
+        _warn_renamed("UploadJob", "source")
+        return self.source
+
+
+def _warn_renamed(job: str, name: str) -> None:
+    method = "download" if name == "dest" else "upload"
+    warnings.warn(
+        f"{job}.local is now {job}.{name}, the name files.{method} gives it; `local` will be "
+        "removed",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+
+
+def _renamed(job: str, name: str, value: Any, local: Any) -> Any:
+    """A job's local path given under its name or, deprecated, as `local=`."""
+    if local is None:
+        if value is None:
+            raise TypeError(f"{job}() missing its local path: {name}=")
+        return value
+    if value is not None:
+        raise TypeError(f"{job}() got both {name}= and its old name local=")
+    _warn_renamed(job, name)
+    return local
 
 
 @attrs.frozen
@@ -214,10 +261,10 @@ async def download_many(
     todo = _check_jobs(client, jobs, DownloadJob, concurrency)
 
     async def run(sandbox: Sandbox, job: DownloadJob) -> DownloadResult | None:
-        if skip_existing and await anyio.Path(job.local).exists():
-            clear_leftovers(job.local)  # a sidecar a kill after the rename left behind
+        if skip_existing and await anyio.Path(job.dest).exists():
+            clear_leftovers(job.dest)  # a sidecar a kill after the rename left behind
             return None  # skipped
-        return await sandbox.files.download(job.remote, job.local, checksum=checksum, resume=resume)
+        return await sandbox.files.download(job.remote, job.dest, checksum=checksum, resume=resume)
 
     outcomes, elapsed = await _run_all(todo, run, concurrency, progress)
     done = [o.result for o in outcomes if o.result is not None]
@@ -266,7 +313,7 @@ async def upload_many(
     sizes = _source_sizes(todo)
 
     async def run(sandbox: Sandbox, job: UploadJob) -> FileEntry:
-        return await sandbox.files.upload(job.remote, job.local)
+        return await sandbox.files.upload(job.remote, job.source)
 
     outcomes, elapsed = await _run_all(todo, run, concurrency, progress)
     done = [o for o in outcomes if o.error is None]
@@ -326,27 +373,28 @@ def check_job(job: object, kind: type[DownloadJob] | type[UploadJob]) -> None:
 def _source_sizes(todo: Sequence[tuple[Sandbox, UploadJob]]) -> list[int]:
     # Measured before sending, in job order: FileEntry does not report a size, the source does.
     return [
-        len(job.local) if isinstance(job.local, bytes) else job.local.stat().st_size
+        len(job.source) if isinstance(job.source, bytes) else job.source.stat().st_size
         for _, job in todo
     ]
 
 
 def _check_local(job: DownloadJob | UploadJob, seen: dict[Path, int], index: int) -> None:
-    if isinstance(job.local, bytes):
+    local = job.dest if isinstance(job, DownloadJob) else job.source
+    if isinstance(local, bytes):
         return  # an upload from memory: any bytes, none at all included, make a file
-    if not str(job.local) or job.local == Path():
+    if not str(local) or local == Path():
         raise ValidationError("local path must not be empty")
     if isinstance(job, UploadJob):
-        if not job.local.is_file():
-            raise ValidationError(f"local file {str(job.local)!r} does not exist")
+        if not local.is_file():
+            raise ValidationError(f"local file {str(local)!r} does not exist")
         return
     # Two downloads into one file would race each other's rename: refuse the batch instead.
-    key = job.local.absolute()
+    key = local.absolute()
     if key in seen:
-        raise ValidationError(f"local path {str(job.local)!r} is also jobs[{seen[key]}]'s")
+        raise ValidationError(f"local path {str(local)!r} is also jobs[{seen[key]}]'s")
     seen[key] = index
-    if not job.local.parent.is_dir():
-        raise ValidationError(f"local directory {str(job.local.parent)!r} does not exist")
+    if not local.parent.is_dir():
+        raise ValidationError(f"local directory {str(local.parent)!r} does not exist")
 
 
 async def _run_all(

@@ -159,13 +159,13 @@ def _check_jobs(todo: Sequence[batch.DownloadJob]) -> None:
     for index, job in enumerate(todo):
         try:
             batch.check_job(job, batch.DownloadJob)
-            if job.local in seen:  # as given: the workers resolve relative paths, not us
+            if job.dest in seen:  # as given: the workers resolve relative paths, not us
                 raise ValidationError(
-                    f"local path {str(job.local)!r} is also jobs[{seen[job.local]}]'s"
+                    f"local path {str(job.dest)!r} is also jobs[{seen[job.dest]}]'s"
                 )
         except ValidationError as exc:
             raise ValidationError(f"jobs[{index}]: {exc}") from None
-        seen[job.local] = index
+        seen[job.dest] = index
 
 
 def _collect(
@@ -295,15 +295,15 @@ def _finished_since(
     finished: dict[int, DownloadResult] = {}
     for index, job in enumerate(jobs):
         try:
-            info = os.stat(job.local)
+            info = os.stat(job.dest)
             if not stat.S_ISREG(info.st_mode) or info.st_mtime_ns < since:
                 continue
-            digest = _sha256(job.local) if checksum else None
+            digest = _sha256(job.dest) if checksum else None
         except OSError:
             continue  # not there, or unreadable: download_many deals with it as usual
-        clear_leftovers(job.local)  # a sidecar a kill between rename and cleanup left
+        clear_leftovers(job.dest)  # a sidecar a kill between rename and cleanup left
         finished[index] = DownloadResult(
-            path=job.local,
+            path=job.dest,
             size=info.st_size,
             sha256=digest,
             attempts=0,

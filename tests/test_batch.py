@@ -89,12 +89,12 @@ async def test_thousand_downloads_with_faults_all_complete(
         assert outcome.result is not None
         want = digests[(outcome.job.sandbox.sandbox_key, outcome.job.remote)]
         assert outcome.result.sha256 == want
-        assert hashlib.sha256(outcome.job.local.read_bytes()).hexdigest() == want
+        assert hashlib.sha256(outcome.job.dest.read_bytes()).hexdigest() == want
     summary = result.summary
     faults = sum(emulator.faults.injected.values())
     assert 50 <= faults <= 160  # about 10% of ~1,100 requests: the faults really happened
     assert (summary.total, summary.done, summary.failed) == (1000, 1000, 0)
-    assert summary.bytes == sum(o.job.local.stat().st_size for o in result.outcomes)
+    assert summary.bytes == sum(o.job.dest.stat().st_size for o in result.outcomes)
     # Every injected fault cost exactly one extra GET, and the summary says so.
     assert summary.attempts == 1000 + faults
     assert summary.retries == faults
@@ -159,9 +159,10 @@ async def test_upload_many_writes_every_file(
     for outcome in result.outcomes:
         assert outcome.result is not None and outcome.result.path == outcome.job.remote
         stored = emulator.sandbox_root(outcome.job.sandbox.sandbox_key) / outcome.job.remote[1:]
-        assert stored.read_bytes() == outcome.job.local.read_bytes()
+        assert isinstance(outcome.job.source, Path)
+        assert stored.read_bytes() == outcome.job.source.read_bytes()
     summary = result.summary
-    assert summary.bytes == sum(j.local.stat().st_size for j in jobs)
+    assert summary.bytes == sum(j.source.stat().st_size for j in jobs if isinstance(j.source, Path))
     assert (summary.attempts, summary.retries, summary.resumes) == (None, None, None)
 
 

@@ -108,11 +108,29 @@ def test_bytes_jobs_show_their_size_not_their_content() -> None:
     ref = batch.SandboxRef("k", "d", "SECRET-TOKEN")
     data = b"PRIVATE-CONTENT" * 10
     job = batch.UploadJob(ref, "/home/user/a", data)
-    assert job.local is data
+    assert job.source is data
     assert "<150 bytes>" in repr(job) and b"PRIVATE" not in repr(job).encode()
     assert "SECRET" not in repr(job)
-    assert batch.UploadJob(ref, "/home/user/a", "rel/file").local == Path("rel/file")
+    assert batch.UploadJob(ref, "/home/user/a", "rel/file").source == Path("rel/file")
     assert pickle.loads(pickle.dumps(job)) == job
+
+
+def test_jobs_name_their_local_file_as_download_and_upload_do() -> None:
+    """`dest` and `source`, as `files.download(remote, dest)` and `files.upload(remote,
+    source)`; the old `local` still works, with a DeprecationWarning, in and out."""
+    ref = batch.SandboxRef("k", "d", "t")
+    down = batch.DownloadJob(ref, "/home/user/a", dest="out/a")
+    up = batch.UploadJob(ref, "/home/user/a", source=b"x")
+    assert (down.dest, up.source) == (Path("out/a"), b"x")
+    with pytest.deprecated_call(match=r"DownloadJob.local is now DownloadJob.dest"):
+        old = batch.DownloadJob(ref, "/home/user/a", local="out/a")
+    assert old == down
+    with pytest.deprecated_call(match=r"UploadJob.local is now UploadJob.source"):
+        assert up.local == b"x"
+    with pytest.raises(TypeError, match="both source= and its old name local="):
+        batch.UploadJob(ref, "/home/user/a", b"x", local=b"y")
+    with pytest.raises(TypeError, match="missing its local path: dest="):
+        batch.DownloadJob(ref, "/home/user/a")
 
 
 async def test_a_bad_job_among_bytes_jobs_stops_the_batch_before_sending(

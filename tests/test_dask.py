@@ -131,7 +131,7 @@ def test_downloads_on_two_worker_processes_match_sha256(
     assert result.ok, result.failures[:3]
     for outcome, want in zip(result.outcomes, digests, strict=True):
         assert outcome.result is not None and outcome.result.sha256 == want
-        assert hashlib.sha256(outcome.job.local.read_bytes()).hexdigest() == want
+        assert hashlib.sha256(outcome.job.dest.read_bytes()).hexdigest() == want
     summary = result.summary
     faults = sum(emu.faults.injected.values())
     assert faults > 0
@@ -214,7 +214,7 @@ def test_rerun_shard_fetches_only_what_the_killed_worker_left(
     assert result.ok, result.failures[:3]
     for outcome, want in zip(result.outcomes, digests, strict=True):
         assert outcome.result is not None and outcome.result.sha256 == want
-        assert hashlib.sha256(outcome.job.local.read_bytes()).hexdigest() == want
+        assert hashlib.sha256(outcome.job.dest.read_bytes()).hexdigest() == want
     journal = emu.journal_for("files.download")
     gets = Counter(r.query["path"] for r in journal)
     whole = Counter(r.query["path"] for r in journal if r.headers.get("Range") is None)
@@ -296,7 +296,7 @@ def test_shard_that_raised_fails_its_jobs_with_that_exception(
 
     def ran(piece: list[batch.DownloadJob]) -> object:
         outcomes = tuple(
-            batch.JobOutcome(j, DownloadResult(j.local, 7, None, 1, 0, 0.0), None) for j in piece
+            batch.JobOutcome(j, DownloadResult(j.dest, 7, None, 1, 0, 0.0), None) for j in piece
         )
         n = len(piece)
         return outcomes, batch.BatchSummary(n, n, 0, 7 * n, n, 0, 0, 0.0)
@@ -329,7 +329,7 @@ def test_old_files_are_replaced_or_skipped_as_asked(
     `skip_existing`, and downloaded again and replaced without it."""
     emu, portal = dask_emulator
     jobs, digests, _ = shard_files(emu, portal, tmp_path, shards=2, per_shard=2)
-    stale = [jobs[0].local, jobs[3].local]  # one in each shard
+    stale = [jobs[0].dest, jobs[3].dest]  # one in each shard
     for path in stale:
         path.write_bytes(b"stale")
 
@@ -348,7 +348,7 @@ def test_old_files_are_replaced_or_skipped_as_asked(
     assert replacing.ok and not any(o.skipped for o in replacing.outcomes)
     for outcome, want in zip(replacing.outcomes, digests, strict=True):
         assert outcome.result is not None and outcome.result.attempts == 1
-        assert hashlib.sha256(outcome.job.local.read_bytes()).hexdigest() == want
+        assert hashlib.sha256(outcome.job.dest.read_bytes()).hexdigest() == want
     assert len(emu.journal_for("files.download")) == 2 + 4
     assert (replacing.summary.done, replacing.summary.skipped) == (4, 0)
 
@@ -377,8 +377,8 @@ def test_rerun_reads_back_files_this_call_finished(
     emu, portal = dask_emulator
     jobs, digests, sizes = shard_files(emu, portal, tmp_path, shards=1, per_shard=3)
     since = time.time_ns()
-    jobs[1].local.write_bytes(b"left by the dead attempt")
-    part, sidecar = part_paths(jobs[1].local)
+    jobs[1].dest.write_bytes(b"left by the dead attempt")
+    part, sidecar = part_paths(jobs[1].dest)
     sidecar.write_text("{}")  # killed between the rename and the cleanup
 
     outcomes, summary = _run_shard(
@@ -394,7 +394,7 @@ def test_rerun_reads_back_files_this_call_finished(
     assert [o.job for o in outcomes] == jobs
     read_back = outcomes[1].result
     assert read_back == DownloadResult(
-        jobs[1].local,
+        jobs[1].dest,
         size=24,
         sha256=hashlib.sha256(b"left by the dead attempt").hexdigest(),
         attempts=0,

@@ -397,7 +397,7 @@ async def test_a_batch_outlives_a_five_second_outage_with_the_default_policy(
         result = await batch.download_many(client, jobs, concurrency=100, progress=progress)
         down = await taking_down
     assert result.summary.done == 300, [o.error for o in result.outcomes if o.error][:3]
-    assert all(sha(job.local.read_bytes()) == sha(data) for job in jobs)
+    assert all(sha(job.dest.read_bytes()) == sha(data) for job in jobs)
     # At most each transfer the outage cut retries once before its host's circuit opens,
     # then one probe per host per cooldown (about 7 in 5.5 s): without circuits, 211-228
     # requests and 178 failed jobs; with them, 87 in the benchmark's median round.
