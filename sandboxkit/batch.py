@@ -186,10 +186,10 @@ class BatchSummary:
         failed: jobs that failed.
         skipped: jobs not run because their destination existed (`skip_existing`).
         bytes: bytes moved by the jobs that succeeded.
-        attempts: requests made by the downloads that succeeded (None for uploads: the
-            upload path does not report its attempts, and we do not guess).
-        retries: `attempts` less one per succeeded download (None for uploads).
-        resumes: ranged requests that continued a cut download (None for uploads).
+        attempts: requests made by the jobs that succeeded.
+        retries: `attempts` less one per succeeded job.
+        resumes: ranged requests that continued a cut download (0 for uploads, which send
+            the whole file again).
         elapsed: wall-clock seconds for the whole batch.
     """
 
@@ -197,9 +197,9 @@ class BatchSummary:
     done: int
     failed: int
     bytes: int
-    attempts: int | None
-    retries: int | None
-    resumes: int | None
+    attempts: int
+    retries: int
+    resumes: int
     # Shown rounded (`elapsed=0.051`): a summary is read by people; the value keeps it all.
     elapsed: float = attrs.field(repr=lambda seconds: f"{seconds:.3f}")
     skipped: int = 0
@@ -312,8 +312,14 @@ async def upload_many(
     todo = _check_jobs(client, jobs, UploadJob, concurrency)
     sizes = _source_sizes(todo)
 
+    attempts = 0  # the POSTs of the uploads that succeeded, as downloads count theirs
+
     async def run(sandbox: Sandbox, job: UploadJob) -> FileEntry:
-        return await sandbox.files.upload(job.remote, job.source)
+        nonlocal attempts
+        tries = [0]
+        entry = await sandbox.files._upload_counted(job.remote, job.source, tries=tries)
+        attempts += tries[0]
+        return entry
 
     outcomes, elapsed = await _run_all(todo, run, concurrency, progress)
     done = [o for o in outcomes if o.error is None]
@@ -322,9 +328,9 @@ async def upload_many(
         done=len(done),
         failed=len(outcomes) - len(done),
         bytes=sum(size for o, size in zip(outcomes, sizes, strict=True) if o.error is None),
-        attempts=None,
-        retries=None,
-        resumes=None,
+        attempts=attempts,
+        retries=attempts - len(done),
+        resumes=0,  # an upload never resumes: a retry sends the whole file again
         elapsed=elapsed,
     )
     return BatchResult(tuple(outcomes), summary)

@@ -216,18 +216,14 @@ def _split(todo: Sequence[batch.DownloadJob], count: int) -> list[list[batch.Dow
 
 
 def _merge(summaries: Sequence[batch.BatchSummary], elapsed: float) -> batch.BatchSummary:
-    def total(name: str) -> int | None:
-        values = [getattr(s, name) for s in summaries]
-        return None if any(v is None for v in values) else sum(values)
-
     return batch.BatchSummary(
         total=sum(s.total for s in summaries),
         done=sum(s.done for s in summaries),
         failed=sum(s.failed for s in summaries),
         bytes=sum(s.bytes for s in summaries),
-        attempts=total("attempts"),
-        retries=total("retries"),
-        resumes=total("resumes"),
+        attempts=sum(s.attempts for s in summaries),
+        retries=sum(s.retries for s in summaries),
+        resumes=sum(s.resumes for s in summaries),
         elapsed=elapsed,
         skipped=sum(s.skipped for s in summaries),
     )

@@ -207,12 +207,16 @@ async def send_file(
     *,
     progress: Progress | None,
     options: CallOptions,
+    tries: list[int] | None = None,
 ) -> FileEntry:
-    """POST the source as the single `file` part; retried only when it can be replayed."""
+    """POST the source as the single `file` part; retried only when it can be replayed.
+    `tries[0]`, if given, counts the POSTs sent (`batch.upload_many` sums them)."""
     filename = posixpath.basename(remote)
     moved = 0  # bytes handed to the connection, every attempt's (its span tells them)
 
     async def attempt(timeout: Timeout) -> FileEntry:
+        if tries is not None:
+            tries[0] += 1
         local_failure: list[BaseException] = []
         sent = 0
 

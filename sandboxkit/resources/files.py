@@ -232,6 +232,22 @@ class Files:
             PayloadTooLargeError: the file exceeds the data center's limit (never retried).
             APIError, TransportError: as for `download`.
         """
+        return await self._upload_counted(
+            remote, source, username=username, progress=progress, timeout=timeout, retry=retry
+        )
+
+    async def _upload_counted(
+        self,
+        remote: str,
+        source: Any,
+        *,
+        username: str | None = None,
+        progress: Progress | None = None,
+        timeout: Timeout | None = None,
+        retry: RetryPolicy | None = None,
+        tries: list[int] | None = None,
+    ) -> FileEntry:
+        """`upload`, counting the POSTs it sends in `tries[0]` (for `batch.upload_many`)."""
         params = self._plane.params(remote, check_username(username))
         if remote.endswith("/"):
             raise ValidationError(f"remote path={remote!r}: must name a file, not a directory")
@@ -243,4 +259,5 @@ class Files:
             source_plan,
             progress=progress,
             options=CallOptions(timeout, retry),
+            tries=tries,
         )
