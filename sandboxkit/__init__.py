@@ -8,6 +8,7 @@ Example::
         created = await client.templates.create(
             name="py-agent",
             resources=sandboxkit.CustomResources(cpu_count=2, memory_mb=2048, disk_size_mb=10240),
+            build={"commands": ["pip install numpy"]},  # without it the build waits (split flow)
         )
 """
 

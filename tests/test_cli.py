@@ -135,6 +135,24 @@ def test_builds_list_unknown_template(emulator_thread: EmulatorThread) -> None:
     assert_one_line_error(result, 1, "NotFoundError", "status=404", "request_id=req-")
 
 
+def test_create_without_a_build_definition_waits_as_the_sdk_does(
+    emulator_thread: EmulatorThread,
+) -> None:
+    """One default for the CLI and the SDK: no definition, no build run (the split flow,
+    and a line saying how to start it); --build runs one with no steps."""
+    waiting = invoke(
+        emulator_thread, "templates", "create", "plain", "--product", "sku-small", "--json"
+    )
+    assert waiting.exit_code == 0, waiting.output
+    plain = json.loads(waiting.stdout)
+    assert f"start it with `sandboxkit builds start {plain['id']}" in waiting.stderr
+    logs = invoke(emulator_thread, "builds", "logs", plain["id"], plain["build_id"])
+    assert logs.stdout == "" and "has not started" in logs.stderr
+    built = create(emulator_thread, "built", "--build")
+    logs = invoke(emulator_thread, "builds", "logs", built["id"], built["build_id"])
+    assert f"build {built['build_id']} queued" in logs.stdout, logs.output
+
+
 def test_builds_logs_follow_to_the_end(emulator_thread: EmulatorThread) -> None:
     """--follow prints every line until the build is finished, then exits 0."""
     created = create(emulator_thread, "followed", "--command", "make")

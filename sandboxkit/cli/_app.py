@@ -224,10 +224,9 @@ _NO_ARGS_IS_HELP: tuple[type[click.UsageError], ...] = tuple(
 )
 
 
-# Options a user types anywhere on the line: the console's (the group's) and the sandbox's
-# (the `files` commands'), each with whether it takes a value. click knows an option only
-# at its own level: `sandboxkit files download ... --api-key K` and
-# `sandboxkit --token T files download ...` were usage errors.
+# Options a user types anywhere on the line: click knows an option only at its own level,
+# so `sandboxkit files download ... --api-key K` and `sandboxkit --token T files download ...`
+# were usage errors. Each with whether it takes a value.
 _GROUP_OPTIONS = {"--api-key": True, "--base-url": True, "--ca-file": True, "--debug": False}
 _SANDBOX_OPTIONS = {
     "--sandbox-key": True,
@@ -237,23 +236,22 @@ _SANDBOX_OPTIONS = {
 }
 
 
-def place_options(args: Sequence[str]) -> list[str]:
-    """`args` with the group's options moved before the command and, on a `files` command
-    line, the sandbox's after it; order kept within each, nothing after `--` touched."""
+def place_options(args: Sequence[str], leaf: frozenset[str] = frozenset()) -> list[str]:
+    """`args` with the group's options moved before the command, and the sandbox's after it
+    where the command (whose own option names are `leaf`) takes them; an option the command
+    takes itself stays its own. Order is kept within each; nothing after `--` is touched."""
     cut = args.index("--") if "--" in args else len(args)
-    files = "files" in args[:cut]
     head: list[str] = []
-    rest: list[str] = list(args[cut:])
     middle: list[str] = []
     tail: list[str] = []
     at = 0
     while at < cut:
         arg = args[at]
         name = arg.split("=", 1)[0]
-        if name in _GROUP_OPTIONS:
-            into, takes_value = head, _GROUP_OPTIONS[name]
-        elif files and name in _SANDBOX_OPTIONS:
+        if name in leaf and name in _SANDBOX_OPTIONS:
             into, takes_value = tail, _SANDBOX_OPTIONS[name]
+        elif name in _GROUP_OPTIONS and name not in leaf:
+            into, takes_value = head, _GROUP_OPTIONS[name]
         else:
             middle.append(arg)
             at += 1
@@ -261,7 +259,20 @@ def place_options(args: Sequence[str]) -> list[str]:
         width = 2 if takes_value and "=" not in arg and at + 1 < cut else 1
         into.extend(args[at : at + width])
         at += width
-    return [*head, *middle, *tail, *rest]
+    return [*head, *middle, *tail, *args[cut:]]
+
+
+def _leaf_options(group: click.Group, args: Sequence[str]) -> frozenset[str]:
+    """The option names of the command `args` name (the group's own when none)."""
+    command: click.Command = group
+    for arg in args:
+        if arg == "--":
+            break
+        if isinstance(command, click.Group) and arg in command.commands:
+            command = command.commands[arg]
+    if command is group:
+        return frozenset()
+    return frozenset(name for param in command.params for name in param.opts)
 
 
 class _Group(click.Group):
@@ -277,7 +288,8 @@ class _Group(click.Group):
         **extra: Any,
     ) -> Any:
         """Parse and run like click, but print usage errors as one line."""
-        args = place_options(sys.argv[1:] if args is None else list(args))
+        given = sys.argv[1:] if args is None else list(args)
+        args = place_options(given, _leaf_options(self, given))
         try:
             result = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except _NO_ARGS_IS_HELP as exc:  # a bare group: its help is the answer, not an error

@@ -104,7 +104,14 @@ def templates() -> None:
 @click.option("--idempotency-key", help="Reuse to make a repeated create answer the same.")
 @click.option("--command", "commands", multiple=True, help="A build step (repeatable).")
 @click.option("--start-cmd", help="The template's start command.")
-@click.option("--split", is_flag=True, help="Split flow: the build waits for `builds start`.")
+@click.option(
+    "--build",
+    "run_build",
+    is_flag=True,
+    help="Run the initial build now, with no steps (--command or --start-cmd imply it).",
+)
+# The default now, as in the SDK; kept so that scripts written for the old default run.
+@click.option("--split", is_flag=True, hidden=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 @click.pass_obj
 def templates_create(
@@ -120,18 +127,24 @@ def templates_create(
     idempotency_key: str | None,
     commands: tuple[str, ...],
     start_cmd: str | None,
+    run_build: bool,
     split: bool,
     as_json: bool,
 ) -> None:
-    """Create template NAME and its initial build."""
+    """Create template NAME and its initial build.
+
+    As `templates.create` in the SDK: without a build definition (--command, --start-cmd or
+    --build) the build waits for `sandboxkit builds start` (the split flow); with one it runs
+    at once.
+    """
     resources = _resources(cpu, memory_mb, disk_mb, product)
     build: dict[str, Any] | None = None
-    if not split:
+    if commands or start_cmd or run_build:
+        if split:
+            raise click.UsageError("--split is for a build that waits: drop --command/--build")
         build = {"commands": list(commands)}
         if start_cmd is not None:
             build["start_cmd"] = start_cmd
-    elif commands or start_cmd:
-        raise click.UsageError("--command and --start-cmd need the combined flow (drop --split)")
 
     async def work() -> sandboxkit.TemplateCreated:
         async with settings.client() as client:
@@ -148,11 +161,17 @@ def templates_create(
     created = settings.run(work)
     if as_json:
         click.echo(to_json(created))
-        return
-    click.echo(
-        f"template {created.id}  build {created.build_id}  status={created.status}  "
-        f"replayed={created.replayed}  idempotency_key={created.idempotency_key}"
-    )
+    else:
+        click.echo(
+            f"template {created.id}  build {created.build_id}  status={created.status}  "
+            f"replayed={created.replayed}  idempotency_key={created.idempotency_key}"
+        )
+    if build is None:  # the split flow: say what runs the build (on stderr: not the result)
+        click.echo(
+            f"the build waits: start it with `sandboxkit builds start {created.id} "
+            f"{created.build_id}`",
+            err=True,
+        )
 
 
 @click.group()
