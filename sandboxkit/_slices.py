@@ -9,9 +9,12 @@ fastest connection by a few pieces only.
 
 A slice asks for `Range: bytes=a-b` (with `If-Range` and the download's strong validator,
 when it has one) and trusts only a 206 for exactly what it asked, of a file of the size and
-version the download began with. Anything else (a 200 with the whole file, another total,
-other validators, a 416, a coded answer) means the file or the data center changed under
-the download: it starts over, whole, from the first byte.
+version the download began with. A 200 of the same size and version is the whole file
+again: something on the way (a proxy, a CDN) strips Range while the host shows
+`Accept-Ranges: bytes`, so slicing is over and the file comes as one stream. Anything else
+(a 200 of another size or version, or of none where If-Range named one; another total; a
+416; a coded answer) means the file or the data center changed under the download: it
+starts over, whole, from the first byte.
 """
 
 from __future__ import annotations
@@ -21,7 +24,20 @@ from collections.abc import Iterable, Sequence
 from ._answers import parse_content_range
 from ._resume import Action, Decision, ResponseInfo, Validators
 
-__all__ = ["Span", "judge_slice", "merge", "missing", "prefix", "split", "valid_done"]
+__all__ = [
+    "RANGES_IGNORED",
+    "Span",
+    "judge_slice",
+    "merge",
+    "missing",
+    "prefix",
+    "split",
+    "valid_done",
+]
+
+# The verdict on a whole-file answer to a slice that shows the same size and version: the
+# Range was stripped on the way; the download goes on as one stream (never "the file changed").
+RANGES_IGNORED = "the host answered a Range with the whole file (Range stripped on the way)"
 
 Span = tuple[int, int]  # [start, end): half-open byte range
 
@@ -97,6 +113,8 @@ def judge_slice(
     whose version is `held` (None: unknown), and the offset its body ends at (STREAM only).
 
     RETRY here means: start the whole download over (the file or the data center changed).
+    STREAM with `truncate` means: this answer is the whole file, of the size and version held,
+    from byte 0 (its body ends at `total`): the Range was stripped on the way, stop slicing.
     """
     if info.status == 206:
         if info.content_coding is not None:
@@ -123,14 +141,31 @@ def judge_slice(
             ), 0
         return Decision(Action.STREAM), parsed.end + 1
     if info.status == 200:
-        if held is not None and held.if_range() is not None:  # what If-Range answers a change
-            return _over(f"the file changed (a whole answer to If-Range {held.if_range()})"), 0
-        return _over("a slice was answered with the whole file (no range support now)"), 0
+        return _whole(info, total, held)
     if info.status == 416:
         return _over(f"416 to a request for bytes {start}-{end - 1}: the file shrank"), 0
     if 200 <= info.status < 300:
         return Decision(Action.FAIL, reason=f"unexpected {info.status} answer to a slice"), 0
     return Decision(Action.ERROR), 0
+
+
+def _whole(info: ResponseInfo, total: int, held: Validators | None) -> tuple[Decision, int]:
+    """The verdict on a 200 to a slice: the whole file, again or of another version."""
+    if info.content_coding is not None:
+        return _over("a content-coded answer to a slice (its size is the coding's)"), 0
+    if info.content_length is None:  # no telling whether it is the file held
+        return _over("a slice was answered with a whole file of unknown size"), 0
+    if info.content_length != total:
+        return _over(f"the file's size changed from {total} to {info.content_length} bytes"), 0
+    seen = info.validators()
+    if held is not None and seen is not None and held.differs(seen):
+        return _over(f"the file changed ({held.describe()}, then {seen.describe()})"), 0
+    tag = None if held is None else held.if_range()
+    if tag is not None and (seen is None or seen.if_range() != tag):
+        # A server that honours If-Range answers 200 when the version changed; only an
+        # answer naming the very version asked for shows the Range was dropped instead.
+        return _over(f"the file changed (a whole answer to If-Range {tag})"), 0
+    return Decision(Action.STREAM, truncate=True, reason=RANGES_IGNORED), total
 
 
 def _over(why: str) -> Decision:

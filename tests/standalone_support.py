@@ -1,4 +1,5 @@
-"""A `sandboxkit emulator` child process, read as a user reads it: its banner and exports."""
+"""A `sandboxkit emulator` (or `python -m sandboxkit.emulator`) child process, read as a user
+reads it: its banner and exports."""
 
 from __future__ import annotations
 
@@ -23,14 +24,27 @@ EXPORTED = {
 }
 
 
-class Standalone:
-    """A `sandboxkit emulator` child process and the banner it printed."""
+# The two ways to start the emulator as a process.
+CLI_COMMAND = ("sandboxkit.cli", "emulator")
+MODULE_COMMAND = ("sandboxkit.emulator",)
 
-    def __init__(self, *args: str) -> None:
+
+class Standalone:
+    """A `sandboxkit emulator` child process and the banner it printed.
+
+    `command` is the module to run and its first arguments (`MODULE_COMMAND` for `python -m
+    sandboxkit.emulator`); `tmpdir` becomes the child's TMPDIR, where it makes its files.
+    """
+
+    def __init__(
+        self, *args: str, command: tuple[str, ...] = CLI_COMMAND, tmpdir: str | None = None
+    ) -> None:
         # Nothing of ours from the test's own environment leaks into the child.
         env = {k: v for k, v in os.environ.items() if not k.startswith("SANDBOXKIT_")}
+        if tmpdir is not None:
+            env["TMPDIR"] = tmpdir
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "sandboxkit.cli", "emulator", *args],
+            [sys.executable, "-m", *command, *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -84,9 +98,9 @@ class Standalone:
         """The printed shell lines starting with `prefix` (indentation removed)."""
         return [line.strip() for line in self.lines if line.strip().startswith(prefix)]
 
-    def stop(self) -> tuple[int, str]:
-        """Ctrl-C the child; its exit status and stderr."""
-        self.process.send_signal(signal.SIGINT)
+    def stop(self, signum: int = signal.SIGINT) -> tuple[int, str]:
+        """Ctrl-C the child (or send it `signum`); its exit status and stderr."""
+        self.process.send_signal(signum)
         try:
             self.process.wait(timeout=30)
         finally:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ import pytest
 
 import sandboxkit
 from sandboxkit._resume import Validators
+from sandboxkit._slices import RANGES_IGNORED
 from sandboxkit.resources._partial import PartOf, open_part, part_paths
 
 from .conftest import hostile_client
@@ -36,8 +38,10 @@ SPLIT = sandboxkit.ParallelDownloads(threshold=MiB, parts=4, min_latency=0)
 
 
 @contextlib.asynccontextmanager
-async def serving(root: Path, mode: Mode) -> AsyncIterator[FileServer]:
-    server = FileServer(root, mode)
+async def serving(
+    root: Path, mode: Mode, *, strip_ranges: bool = False
+) -> AsyncIterator[FileServer]:
+    server = FileServer(root, mode, strip_ranges=strip_ranges)
     await server.start()
     try:
         yield server
@@ -193,6 +197,107 @@ async def test_a_slice_of_another_version_restarts_the_whole_download(
     assert changed == ({(200, new_tag)} if mode == "rfc" else {(206, new_tag)})
     assert {e.status for e in slices if e.if_range == new_tag} == {206}
     assert dest.read_bytes() == new and result.sha256 == sha(new)
+
+
+# -- a host that strips Range ---------------------------------------------------------------
+
+
+def why(caplog: pytest.LogCaptureFixture, level: int) -> list[str]:
+    """What the split download logged at `level` (why it started over or stopped slicing)."""
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "sandboxkit" and r.levelno == level and r.module == "_ranged"
+    ]
+
+
+@pytest.mark.parametrize("mode", ["rfc", "aiohttp", "last-modified", "none"])
+async def test_a_host_that_strips_range_gets_the_file_as_one_stream(
+    tmp_path: Path, mode: Mode, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`Accept-Ranges: bytes` is shown but every Range is answered 200 with the whole file
+    (a proxy strips it): the first slice's answer ends slicing, the file is fetched once more,
+    whole, and the download succeeds in at most parts + 2 requests (it used to start over 5
+    times, 20 requests, and fail with "the file kept changing"). DEBUG says why; no warning."""
+    caplog.set_level(logging.DEBUG, logger="sandboxkit")
+    data = payload(8 * MiB, seed=12)
+    target, dest = paths(tmp_path)
+    place(target, data, OLD_MTIME)
+    async with (
+        serving(tmp_path / "remote", mode, strip_ranges=True) as server,
+        client_of(server.port, parallel_downloads=SPLIT) as client,
+    ):
+        result = await sandbox(client, server.domain).files.download(REMOTE, dest)
+    seen = server.seen
+    assert (seen[0].range, seen[-1].range) == (None, None)
+    assert [e for e in seen if e.range is None] == [seen[0], seen[-1]]
+    # The first GET; a slice on each connection at most (the first one's, too, once its
+    # piece is read); the whole GET.
+    assert 3 <= len(seen) <= 1 + SPLIT.parts + 1
+    assert {e.status for e in seen} == {200}
+    if mode in ("rfc", "aiohttp", "last-modified"):  # each slice carried the version
+        assert all(e.if_range is not None for e in seen[1:-1])
+    assert dest.read_bytes() == data
+    assert (result.size, result.sha256) == (len(data), sha(data))
+    assert part_files(dest.parent) == []
+    ignored = why(caplog, logging.DEBUG)
+    assert len(ignored) == 1 and RANGES_IGNORED in ignored[0], ignored
+    assert why(caplog, logging.WARNING) == []
+
+
+@pytest.mark.parametrize("mode", ["rfc", "last-modified"])
+async def test_a_file_replaced_behind_a_range_stripping_host_restarts_once_then_one_stream(
+    tmp_path: Path, mode: Mode, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The file is replaced (same size) as the first slice is asked for: that slice's 200
+    names another version, which is a change (one warning, the download starts over); the
+    next round's slices are answered 200 with the new version, which is Range stripped:
+    one whole GET more, and the new file's bytes."""
+    caplog.set_level(logging.DEBUG, logger="sandboxkit")
+    old, new = payload(4 * MiB, seed=13), payload(4 * MiB, seed=14)
+    target, dest = paths(tmp_path)
+    place(target, old, OLD_MTIME)
+    async with serving(tmp_path / "remote", mode, strip_ranges=True) as server:
+
+        def swap(index: int) -> None:
+            if index == 1:
+                place(target, new, NEW_MTIME)
+
+        server.before_answer = swap
+        async with client_of(server.port, parallel_downloads=SPLIT) as client:
+            result = await sandbox(client, server.domain).files.download(REMOTE, dest)
+    wholes = [e for e in server.seen if e.range is None]
+    assert len(wholes) == 3 and server.seen[-1] is wholes[-1]
+    assert {e.status for e in server.seen} == {200}
+    assert dest.read_bytes() == new and result.sha256 == sha(new)
+    warned = why(caplog, logging.WARNING)
+    assert len(warned) == 1 and "the file changed" in warned[0], warned
+    ignored = why(caplog, logging.DEBUG)
+    assert len(ignored) == 1 and RANGES_IGNORED in ignored[0], ignored
+
+
+async def test_a_file_that_keeps_changing_still_fails_and_says_so(tmp_path: Path) -> None:
+    """The other side of the rule: a file replaced (same size) at every slice's request,
+    behind a host that strips Range, is a change each time, never Range stripped: the
+    download starts over until `max_attempts` and fails naming the change."""
+    target, dest = paths(tmp_path)
+    place(target, payload(2 * MiB, seed=15), OLD_MTIME)
+    async with serving(tmp_path / "remote", "rfc", strip_ranges=True) as server:
+        versions = iter(range(1, 100))
+
+        def swap(index: int) -> None:
+            if server.seen[index].range is not None:
+                version = next(versions)
+                place(target, payload(2 * MiB, seed=15 + version), OLD_MTIME + version * 86_400)
+
+        server.before_answer = swap
+        retry = sandboxkit.RetryPolicy.no_delay(max_attempts=3)
+        async with client_of(server.port, parallel_downloads=SPLIT, retry=retry) as client:
+            with pytest.raises(sandboxkit.ResponseDecodeError, match="the file changed") as caught:
+                await sandbox(client, server.domain).files.download(REMOTE, dest)
+    assert "started over 3 times" in str(caught.value)
+    assert len([e for e in server.seen if e.range is None]) == 3
+    assert part_files(dest.parent) == []
 
 
 # -- a killed process, and a rerun ----------------------------------------------------------

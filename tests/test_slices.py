@@ -8,7 +8,15 @@ import itertools
 import pytest
 
 from sandboxkit._resume import Action, ResponseInfo, Validators
-from sandboxkit._slices import judge_slice, merge, missing, prefix, split, valid_done
+from sandboxkit._slices import (
+    RANGES_IGNORED,
+    judge_slice,
+    merge,
+    missing,
+    prefix,
+    split,
+    valid_done,
+)
 
 
 @pytest.mark.parametrize("total", [1, 2, 1023, 1024, 1025, 4096 * 16 - 1, 4096 * 16, 10**9 + 7])
@@ -66,7 +74,9 @@ def info(status: int, content_range: str | None = None, **rest: object) -> Respo
         (info(206, "bytes 100-199/1000", content_length=99), Action.RETRY, 0),
         (info(206, "nonsense"), Action.RETRY, 0),
         (info(206, "bytes 100-199/1000", content_coding="gzip"), Action.RETRY, 0),
-        (info(200, content_length=1000), Action.RETRY, 0),  # range support gone
+        (info(200, content_length=1001), Action.RETRY, 0),  # the whole file, another size
+        (info(200), Action.RETRY, 0),  # a whole file of unknown size: maybe another
+        (info(200, content_length=1000, content_coding="gzip"), Action.RETRY, 0),
         (info(416, "bytes */50"), Action.RETRY, 0),
         (info(204), Action.FAIL, 0),
         (info(429), Action.ERROR, 0),
@@ -83,6 +93,35 @@ def test_judge_slice(answer: ResponseInfo, action: Action, stop: int) -> None:
 
 
 V1 = Validators('"v1"')
+MODIFIED = "Mon, 01 Jan 2024 00:00:00 GMT"
+
+
+@pytest.mark.parametrize(
+    ("held", "answer"),
+    [
+        (None, info(200, content_length=1000)),
+        (None, info(200, content_length=1000, etag='"v1"')),
+        (Validators('W/"v1"'), info(200, content_length=1000, etag='W/"v1"')),  # no If-Range
+        (V1, info(200, content_length=1000, etag='"v1"')),  # If-Range honoured would be a 206
+        (
+            Validators(None, MODIFIED, "Tue, 02 Jan 2024 00:00:00 GMT"),
+            info(
+                200,
+                content_length=1000,
+                last_modified=MODIFIED,
+                date="Wed, 03 Jan 2024 00:00:00 GMT",
+            ),
+        ),
+    ],
+)
+def test_a_whole_answer_of_the_same_size_and_version_ends_slicing(
+    held: Validators | None, answer: ResponseInfo
+) -> None:
+    """A 200 to a slice with the size and version held is the file again, its Range
+    stripped on the way: stream it whole from byte 0 (never "the file changed")."""
+    decision, end = judge_slice(answer, 100, 200, 1000, held)
+    assert (decision.action, decision.truncate, end) == (Action.STREAM, True, 1000)
+    assert decision.reason == RANGES_IGNORED and "changed" not in decision.reason
 
 
 @pytest.mark.parametrize(
@@ -98,7 +137,14 @@ V1 = Validators('"v1"')
             info(206, "bytes 100-199/1000", last_modified="Tue, 02 Jan 2024 00:00:00 GMT"),
             Action.RETRY,
         ),
-        (V1, info(200, content_length=1000, etag='"v1"'), Action.RETRY),  # If-Range said no
+        (V1, info(200, content_length=1000, etag='"v2"'), Action.RETRY),  # If-Range said no
+        (V1, info(200, content_length=1000), Action.RETRY),  # If-Range sent, no version shown
+        (V1, info(200, content_length=1000, etag='W/"v1"'), Action.RETRY),  # not the strong tag
+        (
+            Validators(None, "Mon, 01 Jan 2024 00:00:00 GMT"),
+            info(200, content_length=1000, last_modified="Tue, 02 Jan 2024 00:00:00 GMT"),
+            Action.RETRY,
+        ),
     ],
 )
 def test_judge_slice_compares_the_version(

@@ -6,7 +6,9 @@ If-Range that holds a date. In its modes it stands for the servers a data plane 
 front of it: `rfc` also honours an If-Range that holds an entity tag (RFC 9110 13.1.5, as
 nginx does), `aiohttp` is FileResponse as it is (it takes an entity-tag If-Range for no
 If-Range and serves the range of whatever file is there now), `last-modified` sends no ETag,
-`none` sends no validator at all. `CutProxy` relays TCP to it and cuts an answer mid-body.
+`none` sends no validator at all. With `strip_ranges` it stands behind a proxy or CDN that
+drops Range and If-Range from every request (and passes `Accept-Ranges: bytes` on): each GET
+gets the whole file. `CutProxy` relays TCP to it and cuts an answer mid-body.
 """
 
 from __future__ import annotations
@@ -59,10 +61,12 @@ class FileServer:
 
     `before_answer`, if set, is called with each request's index (0 first) before it is
     answered: where a test replaces the file between two requests of one download.
+    `strip_ranges`: Range and If-Range are dropped before the file server sees them (the
+    exchange still records what the client sent).
     """
 
-    def __init__(self, root: Path, mode: Mode) -> None:
-        self.root, self.mode = root, mode
+    def __init__(self, root: Path, mode: Mode, *, strip_ranges: bool = False) -> None:
+        self.root, self.mode, self.strip_ranges = root, mode, strip_ranges
         self.seen: list[Exchange] = []
         self.before_answer: Callable[[int], None] | None = None
         self.port = 0
@@ -94,7 +98,12 @@ class FileServer:
         if self.before_answer is not None:
             self.before_answer(len(self.seen) - 1)
         target = self.root / request.query["path"].lstrip("/")
-        tag = exchange.if_range or ""
+        if self.strip_ranges:
+            headers = CIMultiDict(request.headers)
+            headers.popall("Range", None)
+            headers.popall("If-Range", None)
+            request = request.clone(headers=headers)
+        tag = "" if self.strip_ranges else exchange.if_range or ""
         if self.mode == "rfc" and tag.startswith(('"', "W/")):
             # RFC 9110 13.1.5, which FileResponse does for dates only: the range is served
             # only if the tag is the file's current ETag (aiohttp's, from its stat), compared

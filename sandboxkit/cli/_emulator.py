@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from sandboxkit.emulator import describe_sandbox, request_sandbox, serve_forever
+from sandboxkit.emulator import ListenError, describe_sandbox, request_sandbox, serve_forever
 
 from ._app import Settings, fail, run_cancellable
 
@@ -72,9 +72,11 @@ def emulator(
         )
     except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C or SIGTERM: a normal stop
         click.echo("emulator stopped", err=True)
+    except ListenError as exc:  # a port in use: the command line must change (exit 2)
+        raise click.UsageError(str(exc), ctx) from None
     except click.ClickException:
         raise
-    except Exception as exc:  # e.g. the port is taken: one line, no traceback
+    except Exception as exc:  # one line, no traceback
         fail(exc, debug=settings.debug)
 
 

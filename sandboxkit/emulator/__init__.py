@@ -95,7 +95,7 @@ Outages
 """
 
 from ._admin import request_sandbox
-from ._cli import BANNER_END, describe_sandbox, main, serve_forever
+from ._cli import BANNER_END, ListenError, describe_sandbox, main, serve_forever
 from ._faults import Fault, FaultPlan
 from ._outage import Outage, OutageRequest
 from ._resolver import EmulatorResolver
@@ -110,6 +110,7 @@ __all__ = [
     "Fault",
     "FaultPlan",
     "Idc",
+    "ListenError",
     "ManualClock",
     "Outage",
     "OutageRequest",

@@ -1,4 +1,6 @@
-"""``python -m sandboxkit.emulator``: run the emulator in the foreground until Ctrl-C.
+"""``python -m sandboxkit.emulator``: run the emulator in the foreground until Ctrl-C or
+SIGTERM, either of which stops it cleanly (exit 0, its temporary sandbox files removed: a
+``docker stop`` or a CI teardown sends SIGTERM).
 
 Started this way the emulator serves its sandboxes under ``localhost`` (``{key}.localhost:
 PORT``), which curl, browsers and a plain ``sandboxkit.Client()`` send to loopback, and
@@ -10,8 +12,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shlex
+import signal
 import sys
-from collections.abc import Callable, Mapping, Sequence
+import threading
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TextIO
 
 from ._resolver import STANDALONE_DOMAIN
@@ -19,11 +23,18 @@ from ._server import Emulator
 from ._tls import CertificateAuthority
 from ._values import STANDALONE_IDCS
 
-__all__ = ["BANNER_END", "describe_sandbox", "main", "serve_forever"]
+__all__ = ["BANNER_END", "ListenError", "describe_sandbox", "main", "serve_forever"]
 
 # The banner's last line: a reader of the output has every detail once it sees this.
 BANNER_END = "Ctrl-C to stop"
 _TOKEN_HEADER = "X-Access-Token"  # the data plane's token header (the interface's name)
+EXIT_USAGE = 2  # a port in use, like a bad option: the command line must change
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class ListenError(OSError):
+    """The emulator cannot listen where it was told (a port in use, an address not ours):
+    a usage problem, told in one line. An OSError, as the bind's own failure was."""
 
 
 def describe_sandbox(
@@ -116,22 +127,33 @@ async def serve_forever(
             name the first).
         ca: serve TLS with certificates from this CA (``trustme.CA()``).
         ca_file: where that CA's certificate is, for the banner's exports and curl lines.
+
+    Raises:
+        ListenError: a port is in use, or the address cannot be listened on.
     """
     if sandboxes < 1:
         raise ValueError("sandboxes must be at least 1")
-    async with Emulator(
+    emu = Emulator(
         idcs=list(STANDALONE_IDCS),
         ca=ca,
         host=host,
         port=port,
         data_port=data_port,
         domain=STANDALONE_DOMAIN,
-    ) as emu:
+    )
+    try:
+        await emu.start()  # which closes what it made when it fails
+    except OSError as exc:  # a port in use, an address not this host's (EADDRNOTAVAIL)
+        # The reason names the address and port (asyncio's bind message).
+        raise ListenError(f"the emulator cannot listen on {host}: {exc.strerror or exc}") from None
+    try:
         bodies = [await emu.create_sandbox() for _ in range(sandboxes)]
         print("\n".join(_banner(emu, bodies, ca_file)), file=out or sys.stdout, flush=True)
         if ready is not None:
             ready(emu)
         await asyncio.Event().wait()
+    finally:
+        await emu.close()  # removes its temporary directory
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -150,10 +172,52 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--sandboxes must be at least 1")
     try:
         asyncio.run(
-            serve_forever(
-                host=args.host, port=args.port, data_port=args.data_port, sandboxes=args.sandboxes
+            _until_stopped(
+                serve_forever(
+                    host=args.host,
+                    port=args.port,
+                    data_port=args.data_port,
+                    sandboxes=args.sandboxes,
+                )
             )
         )
-    except KeyboardInterrupt:
-        print("stopped", file=sys.stderr)
+    except ListenError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:  # Ctrl-C before the loop's handlers were in place
+        pass
+    print("stopped", file=sys.stderr)
     return 0
+
+
+async def _until_stopped(work: Awaitable[None]) -> None:
+    """Run `work` until SIGINT or SIGTERM cancels it, so its cleanup runs (the emulator's
+    temporary directory is removed): SIGTERM's default action would kill the process and
+    leave the directory behind."""
+    task = asyncio.current_task()
+    if task is None or threading.current_thread() is not threading.main_thread():
+        await work  # only the main thread gets signals
+        return
+    loop = asyncio.get_running_loop()
+    stopped = False
+
+    def stop() -> None:
+        nonlocal stopped
+        stopped = True
+        for signum in _STOP_SIGNALS:
+            loop.remove_signal_handler(signum)
+            # A second signal must not cut the cleanup short: ignored until the process ends.
+            signal.signal(signum, signal.SIG_IGN)
+        task.cancel()
+
+    for signum in _STOP_SIGNALS:
+        loop.add_signal_handler(signum, stop)
+    try:
+        await work
+    except asyncio.CancelledError:
+        if not stopped:
+            raise
+    finally:
+        if not stopped:
+            for signum in _STOP_SIGNALS:
+                loop.remove_signal_handler(signum)

@@ -11,7 +11,10 @@ piece is one `Calls.run` of `Range: bytes=a-b` GETs on the host's own pool (so w
 cut; its bytes are written in place with `os.pwritev` from worker threads, a few MiB a
 call. Each piece carries `If-Range` with the download's strong validator (the first answer's,
 or the sidecar's), so a piece answer shows a file that changed (a 200, another total, other
-validators, a 416), which starts the whole download over from an empty part.
+validators, a 416), which starts the whole download over from an empty part. A piece
+answered with the whole file of the same size and version means Range is stripped on the
+way (a proxy or CDN that passes `Accept-Ranges: bytes` on): slicing stops, and the file is
+fetched once more, whole, as one stream; that is no change of the file, and no restart.
 
 The sha256 follows the written prefix: a task reads back from the page cache (`preadv`)
 what is contiguous from byte 0 and hashes it as the prefix grows; with pieces handed out in
@@ -71,6 +74,11 @@ def check_parts(parts: Any) -> int:
 
 class _Restart(Exception):
     """The file or the data center changed under a split download: begin again."""
+
+
+class _RangesIgnored(Exception):
+    """A piece was answered with the whole file, unchanged: Range is stripped on the way,
+    so the download goes on as one stream."""
 
 
 class _Switch:
@@ -133,6 +141,7 @@ class _Run:
     _moved: int = 0
     _first: ResumeState | None = None
     _stop: int | None = None
+    _one_stream: bool = False  # once a piece showed Range stripped: never split again
     # The version every piece must be of: the first answer's, or a sliced part's sidecar's.
     _validators: Validators | None = None
 
@@ -149,30 +158,49 @@ class _Run:
         while True:
             try:
                 return await self._attempt_all()
+            except _RangesIgnored as ignored:
+                await self._stop_all()
+                # Once at most: from now on the download is one stream, which never splits.
+                logger.debug("%s: %s; fetching it once more, as one stream", OPERATION, ignored)
+                self._one_stream = True
+                await self._forget()
             except _Restart as restart:
-                self._count_first()
-                held = await self.quiesce()
-                raise_held(held, None)
+                await self._stop_all()
                 restarts += 1
                 if (
                     restarts
                     >= self.request.plane.calls.policy_for(self.request.options).max_attempts
                 ):
-                    raise ResponseDecodeError(
-                        f"{OPERATION}: the file kept changing during the download ({restart})",
+                    raise ResponseDecodeError(  # the reason says whether the file changed
+                        f"{OPERATION}: started over {restarts} times, giving up ({restart})",
                         status=206,  # the answers were each fine; together, inconsistent
                     ) from None
                 logger.warning("%s: %s", OPERATION, restart)
-                await self.sink.truncate()
-                self.part.held, self.part.total, self.part.done = 0, None, []
-                self.part.sliced, self.part.validators, self._validators = False, None, None
-                self.file, self._stop, self._moved = None, None, 0
-                self._queue.clear()
-                self._continued.clear()
+                await self._forget()
+
+    async def _stop_all(self) -> None:
+        """Every task stopped and waited for; the first GET's requests counted."""
+        self._count_first()
+        held = await self.quiesce()
+        raise_held(held, None)
+
+    async def _forget(self) -> None:
+        """Start again from an empty part."""
+        await self.sink.truncate()
+        self.part.held, self.part.total, self.part.done = 0, None, []
+        self.part.sliced, self.part.validators, self._validators = False, None, None
+        self.file, self._stop, self._moved = None, None, 0
+        self._queue.clear()
+        self._continued.clear()
 
     async def _attempt_all(self) -> tuple[int, str | None]:
         part = self.part
-        if part.sliced and part.total is not None and part.total >= self.parallel.threshold:
+        if (
+            part.sliced
+            and not self._one_stream
+            and part.total is not None
+            and part.total >= self.parallel.threshold
+        ):
             # A part an earlier download wrote in slices (so the link was long enough):
             # fetch only its gaps, in slices again.
             self._continued = {end for _, end in part.done if end < part.total}
@@ -210,6 +238,7 @@ class _Run:
             total = now.total
             if (
                 now.position == 0
+                and not self._one_stream
                 and now.ranges_supported
                 and total is not None
                 and total >= self.parallel.threshold
@@ -320,6 +349,8 @@ class _Run:
                 )
                 if decision.action is Action.RETRY:
                     raise _Restart(decision.reason)
+                if decision.truncate:  # the whole file again, unchanged
+                    raise _RangesIgnored(decision.reason)
                 if decision.action is Action.FAIL:
                     raise ResponseDecodeError(
                         f"{OPERATION}: {decision.reason}", status=response.status

@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -23,7 +24,7 @@ from sandboxkit.emulator import BANNER_END, Emulator, EmulatorResolver, request_
 
 from ..cli_support import assert_one_line_error
 from ..reliability_support import refused_port
-from ..standalone_support import EXPORTED, Standalone
+from ..standalone_support import CLI_COMMAND, EXPORTED, MODULE_COMMAND, Standalone
 
 
 @pytest.fixture(scope="module")
@@ -179,6 +180,52 @@ def test_module_entry_point_prints_the_same_exports() -> None:
     assert exported == EXPORTED
     assert sum(line.strip().startswith(("curl ", "echo hello | curl ")) for line in lines) == 2
     assert process.returncode == 0 and "Traceback" not in stderr
+
+
+_ENTRY_POINTS = pytest.mark.parametrize(
+    "command", [MODULE_COMMAND, CLI_COMMAND], ids=["python-m", "sandboxkit-emulator"]
+)
+
+
+@_ENTRY_POINTS
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_stop_signal_exits_0_and_removes_the_sandbox_files(
+    command: tuple[str, ...], signum: int, tmp_path: Path
+) -> None:
+    """`docker stop` (SIGTERM) or Ctrl-C: exit 0, and the `sandboxkit-emulator-*` directory
+    the process made in TMPDIR is gone (SIGTERM used to kill `python -m` with -15, leaving it)."""
+    running = Standalone(command=command, tmpdir=str(tmp_path))
+    made = os.listdir(tmp_path)
+    assert len(made) == 1 and made[0].startswith("sandboxkit-emulator-"), made
+    code, stderr = running.stop(signum)
+    assert code == 0, stderr
+    assert "Traceback" not in stderr
+    assert os.listdir(tmp_path) == []
+
+
+@_ENTRY_POINTS
+def test_a_port_in_use_is_one_line_and_exit_2(command: tuple[str, ...], tmp_path: Path) -> None:
+    """Another process holds the console port: one line on stderr that names the port,
+    exit 2 (a usage problem), and nothing left in TMPDIR."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SANDBOXKIT_")}
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", *command, "--port", str(port)],
+            capture_output=True,
+            text=True,
+            env={**env, "TMPDIR": str(tmp_path)},
+            timeout=60,
+        )
+    lines = done.stderr.splitlines()
+    assert done.returncode == 2, done.stderr
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("error: the emulator cannot listen on 127.0.0.1")
+    assert str(port) in lines[0] and "address already in use" in lines[0]
+    assert done.stdout == ""
+    assert os.listdir(tmp_path) == []
 
 
 # -- the route, in process ---------------------------------------------------------------
