@@ -296,6 +296,9 @@ async def test_a_file_that_keeps_changing_still_fails_and_says_so(tmp_path: Path
             with pytest.raises(sandboxkit.ResponseDecodeError, match="the file changed") as caught:
                 await sandbox(client, server.domain).files.download(REMOTE, dest)
     assert "started over 3 times" in str(caught.value)
+    assert (
+        caught.value.operation == "files.download"
+    )  # raised between its calls, named all the same
     assert len([e for e in server.seen if e.range is None]) == 3
     assert part_files(dest.parent) == []
 

@@ -420,6 +420,8 @@ async def download_to_file(
         await sink.commit(part.path, dest)
         part.discard()
     except BaseException as exc:
+        if isinstance(exc, SandboxKitError) and exc.operation is None:
+            exc.operation = OPERATION  # raised here, between the calls (a give-up, a restart)
         held = await run.quiesce()
         if run.file is not None and part.resumable:
             with contextlib.suppress(OSError):
