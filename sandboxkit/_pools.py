@@ -8,6 +8,12 @@ fit the budget; a request that would take its pool past its charge when the budg
 closes the least recently used idle pool (all its sockets), or waits for one: a pool with a
 request in flight is never closed. A pool unused for `host_idle_seconds` is closed by a timer.
 
+Waiting requests are served in arrival order across hosts (FIFO, not round robin: one queue,
+nothing per host on a request's path, a wait bounded by the requests queued before it), so a
+busy host cannot starve others. A socket cannot pass between hosts: the busy host's later
+requests queue behind, and once none of its sockets is in use its session is closed for the
+older request (its own waiting requests go on with a fresh one).
+
 Each pool carries its host's AIMD window (`_retry.ConcurrencyWindow`): a 429 from that host
 halves it, successes grow it back, so one throttled sandbox slows only itself.
 
@@ -21,7 +27,7 @@ import asyncio
 import contextlib
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Generic, Protocol, TypeVar
 
 import anyio
@@ -40,7 +46,6 @@ class Session(Protocol):
 
 
 S = TypeVar("S", bound=Session)
-Waiter = tuple["asyncio.Future[bool]", "HostPool[Any]"]
 
 
 @attrs.frozen
@@ -71,8 +76,8 @@ class HostPool(Generic[S]):
     in_flight: int = 0
     active: int = 0
     sockets: int = 0
-    # Leases waiting for room for one more socket, oldest first (`HostPools` wakes them).
-    waiters: dict[asyncio.Future[bool], None] = attrs.field(factory=dict)
+    # This host's leases waiting for room for one more socket (`HostPools` serves them).
+    waiters: dict[asyncio.Future[HostPool[Any] | None], None] = attrs.field(factory=dict)
     last_used: float = 0.0
     closing: bool = False
 
@@ -107,7 +112,7 @@ class HostPool(Generic[S]):
 class HostPools(Generic[S]):
     """Sandbox host pools in LRU order, their sockets within one budget, closed when idle.
 
-    `opened` and `evicted` count pools made and idle pools closed to make room (the
+    `opened` and `evicted` count pools made and pools' sockets closed to make room (the
     benchmarks and tests read them).
     """
 
@@ -128,10 +133,11 @@ class HostPools(Generic[S]):
         self._timer: asyncio.Task[None] | None = None
         self._pools: OrderedDict[HostKey, HostPool[S]] = OrderedDict()
         self._charged = 0  # sockets charged to every pool not yet closed (closing ones too)
-        # Requests that found the budget spent, oldest first. Each is handed a socket (one
-        # of its own pool's, or a freed one) or told of one idle pool, rather than all woken
-        # at once: waking hundreds of waiters per release cost more than the evictions.
-        self._waiters: dict[asyncio.Future[bool], HostPool[S]] = {}
+        # Requests that found the budget spent, in arrival order across hosts: only the
+        # oldest is served, handed a socket (None: counted in its pool's `active`) or a pool
+        # no request is using, to close for one; never all woken at once (waking hundreds
+        # of waiters per release cost more than the evictions).
+        self._waiters: dict[asyncio.Future[HostPool[Any] | None], HostPool[S]] = {}
         self._spare = 0  # sockets being freed that no request closing a pool keeps
         self.opened = 0
         self.evicted = 0
@@ -172,8 +178,8 @@ class HostPools(Generic[S]):
         except anyio.WouldBlock:
             pool.in_flight -= 1  # nothing noticed it: no await since `_checkout`
             return None
-        if pool.active < pool.sockets and not pool.waiters:
-            pool.active += 1  # one of its sockets is free (or it has none open yet)
+        if pool.active < pool.sockets and not self._waiters:
+            pool.active += 1  # one of its sockets is free and no request queued before it
             return pool
         if pool.active >= pool.sockets and self._charged < self._limits.max_sandbox_connections:
             pool.sockets += 1
@@ -195,7 +201,7 @@ class HostPools(Generic[S]):
             except anyio.WouldBlock:
                 await pool.limiter.acquire_on_behalf_of(borrower)
             try:
-                if pool.active < pool.sockets and not pool.waiters:
+                if pool.active < pool.sockets and not self._waiters:
                     pool.active += 1
                 else:
                     await self._take_socket(pool)
@@ -231,100 +237,122 @@ class HostPools(Generic[S]):
 
     async def _take_socket(self, pool: HostPool[S]) -> None:
         """Count one more request of `pool` in `active`, charging it a socket if needed:
-        from the budget, else by closing the least recently used idle pool, else by
-        waiting for a socket to be handed over."""
+        from the budget, else by closing an unused pool (`_pop_unused`), else in line."""
         budget = self._limits.max_sandbox_connections
-        woken = False
+        queued = self._oldest() is not None  # then what it could take is an older one's
         while True:
-            if pool.active < pool.sockets:
-                pool.active += 1
-                return
-            if self._charged < budget:
-                pool.sockets += 1
-                self._charged += 1
-                pool.active += 1
-                return
-            # Sockets being freed that no waiter counts on yet will be handed to waiters
-            # in turn: a newcomer waits for one rather than close one more idle pool.
-            if woken or self._spare <= len(self._waiters):
-                victim = self._pop_least_recent_idle()
-                if victim is not None:
-                    if victim.sockets:
-                        self.evicted += 1
-                    if await self._close(victim, keep=pool):
-                        return
-                    continue  # it held no socket, or others took them: look again
-            if await self._wait(pool):
+            if not queued:
+                if pool.active < pool.sockets:
+                    pool.active += 1
+                    return
+                if self._charged < budget:
+                    pool.sockets += 1
+                    self._charged += 1
+                    pool.active += 1
+                    return
+                # Sockets being freed that no waiter counts on yet will be handed to
+                # waiters in turn: a newcomer waits for one rather than close one more pool.
+                if self._spare <= len(self._waiters):
+                    victim = self._pop_unused()
+                    if victim is not None:
+                        if await self._close(victim, keep=pool):
+                            return
+                        continue  # it held no socket, or others took them: look again
+            queued = False
+            handed = await self._wait(pool)
+            if handed is None:
                 return  # a socket was handed over: counted in `active` for this request
-            woken = True  # a pool went idle: go and close it (no more waiting for others)
+            if await self._close(handed, keep=pool):
+                return
 
-    async def _wait(self, pool: HostPool[S]) -> bool:
-        """Wait to be handed a socket (True) or told that a pool went idle (False)."""
-        waiter = asyncio.get_running_loop().create_future()
+    async def _wait(self, pool: HostPool[S]) -> HostPool[S] | None:
+        """Wait in line to be handed a socket (None) or a pool to close for one."""
+        waiter: asyncio.Future[HostPool[Any] | None] = asyncio.get_running_loop().create_future()
         self._waiters[waiter] = pool
         pool.waiters[waiter] = None
         try:
-            granted: bool = await waiter
+            handed: HostPool[S] | None = await waiter
         except BaseException:
-            if waiter.done() and not waiter.cancelled():  # served, then cancelled: pass it on
-                if waiter.result():
-                    self._release_socket(pool)
-                else:
-                    self._wake_one()
-            raise
-        finally:
             self._waiters.pop(waiter, None)
             pool.waiters.pop(waiter, None)
-        return granted
+            if waiter.done() and not waiter.cancelled():  # served, then cancelled: pass it on
+                victim = waiter.result()
+                if victim is None:
+                    self._release_socket(pool)
+                elif not self._hand(victim):
+                    await self._close(victim)  # no one waits for it: its sockets are freed
+            else:
+                self._grant()  # it may have held up those behind it
+            raise
+        return handed
 
-    def _next_waiter(self, waiters: Mapping[asyncio.Future[bool], object]) -> Waiter | None:
-        """Take the oldest of `waiters` (one pool's, or everyone's) out of the queues."""
+    def _oldest(self) -> asyncio.Future[HostPool[Any] | None] | None:
+        """The oldest waiter still waiting (cancelled ones on their way out are dropped)."""
+        waiters = self._waiters
         while waiters:
             waiter = next(iter(waiters))
-            pool = self._waiters.pop(waiter)
-            pool.waiters.pop(waiter, None)
-            if not waiter.done():  # a cancelled one is on its way out
-                return waiter, pool
+            if not waiter.done():
+                return waiter
+            waiters.pop(waiter).waiters.pop(waiter, None)
         return None
 
-    def _release_socket(self, pool: HostPool[S]) -> None:
-        """A request of `pool` is done with its socket: the pool's oldest waiter takes it."""
-        served = self._next_waiter(pool.waiters)
-        if served is None:
-            pool.active -= 1
-        else:
-            served[0].set_result(True)  # still counted in `active`, for the waiter now
+    def _hand(self, victim: HostPool[S]) -> bool:
+        """Hand a pool taken out of use to the oldest waiter, to close for its socket."""
+        waiter = self._oldest()
+        if waiter is None:
+            return False
+        self._waiters.pop(waiter).waiters.pop(waiter, None)
+        waiter.set_result(victim)
+        return True
 
-    def _wake_one(self) -> None:
-        """Tell the oldest waiter that a pool went idle: it may close it for its socket."""
-        served = self._next_waiter(self._waiters)
-        if served is not None:
-            served[0].set_result(False)
+    def _release_socket(self, pool: HostPool[S]) -> None:
+        """A request of `pool` is done with its socket: the oldest waiter's if of `pool`."""
+        pool.active -= 1
+        if self._waiters:
+            self._grant()
 
     def _grant(self) -> None:
-        """Hand the budget's free sockets to the oldest waiters."""
+        """Serve waiters in arrival order while the oldest has a socket at once (an idle one
+        of its pool's, or the budget's); one that has not holds up those behind it."""
         budget = self._limits.max_sandbox_connections
-        while self._charged < budget and self._waiters:
-            served = self._next_waiter(self._waiters)
-            if served is None:
-                return
-            waiter, pool = served
-            if pool.active >= pool.sockets:
-                pool.sockets += 1
-                self._charged += 1
-            pool.active += 1
-            waiter.set_result(True)
+        waiters = self._waiters
+        while waiters:
+            waiter, pool = next(iter(waiters.items()))
+            if not waiter.done():
+                if pool.active >= pool.sockets:
+                    if self._charged >= budget:
+                        return
+                    pool.sockets += 1
+                    self._charged += 1
+                pool.active += 1
+                waiter.set_result(None)
+            del waiters[waiter]
+            pool.waiters.pop(waiter, None)
 
     def _checkin(self, pool: HostPool[S]) -> bool:
         """One request of `pool` ended; True when the pool is to be closed now."""
         pool.in_flight -= 1
         pool.last_used = self._clock()
-        if pool.in_flight == 0:
-            if pool.closing:
-                return True
-            if self._waiters:  # an idle pool can be closed for another host's socket
-                self._wake_one()
+        if pool.closing:
+            return pool.in_flight == 0
+        if self._waiters and not pool.active and pool.sockets and self._oldest() is not None:
+            # None of its sockets is in use, and the oldest waiter (another host's, or it
+            # would have taken one) needs one: this pool's are closed for it.
+            self._hand(self._take_out_of_use(pool))
         return False
+
+    def _take_out_of_use(self, pool: HostPool[S]) -> HostPool[S]:
+        """A pool with no socket in use, to close (`_close`): an idle one leaves the LRU; one
+        with requests in line goes on with a new session, the old one and its sockets here."""
+        if pool.sockets:
+            self.evicted += 1
+        if pool.in_flight == 0:
+            del self._pools[pool.key]
+            return pool
+        old = attrs.evolve(pool, in_flight=0, active=0, waiters={}, closing=True)
+        pool.session = self._make_session(pool.key)
+        pool.sockets = 0
+        return old
 
     async def _close(self, pool: HostPool[S], keep: HostPool[S] | None = None) -> bool:
         """Close a pool taken out of the LRU; its sockets are free once its session is shut.
@@ -348,6 +376,9 @@ class HostPools(Generic[S]):
                 keep.active += 1
                 self._charged += 1
             self._grant()
+            # A pool that went unused while no one waited was offered to no one.
+            if not self._spare and self._oldest() is not None and (victim := self._pop_unused()):
+                self._hand(victim)
         return closed and bool(kept)
 
     def _open(self, key: HostKey) -> HostPool[S]:
@@ -374,12 +405,16 @@ class HostPools(Generic[S]):
             await self._sleep(period)
             await self.close_idle()
 
-    def _pop_least_recent_idle(self) -> HostPool[S] | None:
-        for key, pool in self._pools.items():
+    def _pop_unused(self) -> HostPool[S] | None:
+        """The least recently used idle pool, else one with no socket in use, or None."""
+        unused = None
+        for pool in self._pools.values():
             if pool.in_flight == 0:
-                del self._pools[key]
-                return pool
-        return None
+                unused = pool
+                break
+            if unused is None and pool.active == 0 and pool.sockets:
+                unused = pool
+        return None if unused is None else self._take_out_of_use(unused)
 
     async def close_idle(self) -> int:
         """Close pools unused for `host_idle_seconds`; returns how many were closed."""

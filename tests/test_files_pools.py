@@ -208,3 +208,42 @@ async def test_idle_host_pools_close_their_sockets_with_no_further_request(
             await timer  # it ends when the last idle pool is closed
         assert len(hosts) == 0
         assert client_sockets(port) == 0
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/net/tcp"), reason="needs Linux /proc")
+async def test_a_quiet_sandbox_is_not_starved_by_a_busy_one(emulator: Emulator) -> None:
+    """With a budget of 2 sockets held by two of sandbox A's downloads, 30 more of A's
+    queue with one of sandbox B's second in line: the server sees B's request second at the
+    latest (it was 32nd of 32 when a freed socket went to its own host's waiters first),
+    every read gets its bytes, and the server never has more than 2 connections open."""
+    limits = sandboxkit.Limits(max_sandbox_connections=2, per_host_connections=2)
+    port = int(emulator.domain.rsplit(":", 1)[1])
+    async with emulator.client(limits=limits, retry=sandboxkit.RetryPolicy.no_delay()) as client:
+        a, b = await new_box(emulator, client), await new_box(emulator, client)
+        for sbx in (a, b):
+            sbx.put("/home/user/f.bin", payload(256 * 1024))
+            sbx.put("/home/user/small.bin", payload(1000, seed=3))
+        held = [await _open_stream(a) for _ in range(2)]
+        hosts = client._transport.hosts
+        seen: list[int] = []
+        before = len(emulator.journal_for("files.download"))
+
+        async def read(sbx: Box) -> None:
+            data = await sbx.files.read_bytes("/home/user/small.bin")
+            assert data == payload(1000, seed=3)
+            seen.append(len(server_connections(port)))
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                for sbx in [a, b, *[a] * 29]:
+                    tg.start_soon(read, sbx)
+                await anyio.wait_all_tasks_blocked()
+                assert len(emulator.journal_for("files.download")) == before
+                assert hosts.get(b.handle._host).waiting == 1  # type: ignore[union-attr]
+                for stream in held:
+                    await stream.aclose()
+        keys = [r.sandbox_key for r in emulator.journal_for("files.download")[before:]]
+        assert len(keys) == 31 and keys.count(b.key) == 1
+        assert keys.index(b.key) <= 1
+        assert len(seen) == 31 and max(seen) <= limits.max_sandbox_connections
+        assert hosts.sockets <= limits.max_sandbox_connections

@@ -579,3 +579,142 @@ async def test_open_connections_never_exceed_the_budget_under_churn() -> None:
     assert pools.sockets == sum(p.sockets for p in live if p is not None) <= 6
     assert not pools._waiters
     await pools.aclose()
+
+
+async def test_a_quiet_hosts_request_waits_only_for_those_queued_before_it() -> None:
+    """Host A holds both sockets of the budget; 30 more requests of A queue, with one of
+    host B second in line. B's request is served second at the latest, not 31st (it waits
+    only for the one queued before it), all are served, and connections open (modelled as
+    a connector opens them) never exceed the budget: A's old session is closed for B."""
+    opened = [0, 0]
+    made: list[ModelSession] = []
+
+    def factory(host: HostKey) -> ModelSession:
+        made.append(ModelSession(host.origin, opened))
+        return made[-1]
+
+    pools: HostPools[ModelSession] = HostPools(
+        Limits(max_sandbox_connections=2, per_host_connections=2), factory
+    )
+    a, b = HostKey("http://a", "t"), HostKey("http://b", "t")
+    held = [pools.lease(a) for _ in range(2)]
+    for lease in held:
+        (await lease.__aenter__()).session.take()
+    served: list[str] = []
+
+    async def request(name: str, key: HostKey) -> None:
+        async with pools.lease(key) as pool:
+            pool.session.take()
+            served.append(name)
+            assert pools.sockets <= 2
+            await asyncio.sleep(0)  # in flight for a loop pass: the others stay queued
+            pool.session.give_back()
+
+    queue = [("a0", a), ("b", b)] + [(f"a{n}", a) for n in range(1, 30)]
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            for name, key in queue:
+                tg.start_soon(request, name, key)
+            await anyio.wait_all_tasks_blocked()
+            assert served == [] and pools.get(b).waiting == 1  # type: ignore[union-attr]
+            for lease in held:
+                pools.get(a).session.give_back()  # type: ignore[union-attr]
+                await lease.__aexit__(None, None, None)
+    assert served.index("b") <= 1 and sorted(served) == sorted(name for name, _ in queue)
+    assert opened[1] <= 2 and pools.sockets <= 2
+    assert [s.origin for s in made][:3] == ["http://a", "http://b", "http://a"]
+    assert made[0].closed and not pools._waiters  # A's first session was closed for B
+    await pools.aclose()
+
+
+async def test_waiting_requests_of_many_hosts_are_served_in_arrival_order() -> None:
+    """Four hosts hold the budget's four sockets; eight requests queue, two per host, in an
+    order of their own. Each is served in the order it arrived whichever host's socket frees
+    first: no host's request overtakes an older one of another host."""
+    pools, _, _ = make_pools(sockets=4, per_host=4)
+    keys = {name: HostKey(f"http://{name}", "t") for name in "abcd"}
+    held = {name: pools.lease(key) for name, key in keys.items()}
+    for lease in held.values():
+        await lease.__aenter__()
+    served: list[str] = []
+
+    async def request(name: str) -> None:
+        async with pools.lease(keys[name[0]]):
+            served.append(name)
+            await asyncio.sleep(0)
+
+    arrivals = ["c1", "a1", "d1", "a2", "b1", "c2", "b2", "d2"]
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            for name in arrivals:
+                tg.start_soon(request, name)
+            await anyio.wait_all_tasks_blocked()
+            assert served == []
+            for name in "abdc":  # A's socket frees first, then B's, D's, C's
+                await held[name].__aexit__(None, None, None)
+    assert served == arrivals
+    assert pools.sockets <= 4 and not pools._waiters
+
+
+async def test_a_busy_hosts_session_handed_to_a_cancelled_request_passes_to_the_next() -> None:
+    """Host A's two sockets go unused with one more of A's requests coming behind B's: A's
+    session is handed to B's request to close; B is cancelled before it runs, so A's request,
+    next in line, closes it instead and goes on a fresh session of A's."""
+    pools, made, _ = make_pools(sockets=2, per_host=2)
+    a, b = HostKey("http://a", "t"), HostKey("http://b", "t")
+    held = [pools.lease(a) for _ in range(2)]
+    for lease in held:
+        await lease.__aenter__()
+    a_in = anyio.Event()
+
+    async def use(key: HostKey) -> None:
+        async with pools.lease(key):
+            if key == a:
+                a_in.set()
+                await anyio.sleep_forever()
+            pytest.fail("B was cancelled")
+
+    b_request = asyncio.ensure_future(use(b))
+    await anyio.wait_all_tasks_blocked()
+    a_request = asyncio.ensure_future(use(a))  # waits on A's window, behind B in time
+    await anyio.wait_all_tasks_blocked()
+    for lease in held:
+        await lease.__aexit__(None, None, None)  # the second hands A's session to B...
+    b_request.cancel()  # ...which is cancelled before it runs
+    with pytest.raises(asyncio.CancelledError):
+        await b_request
+    with anyio.fail_after(5):
+        await a_in.wait()
+    assert [(s.origin, s.closed) for s in made] == [
+        ("http://a", True),
+        ("http://b", False),
+        ("http://a", False),
+    ]
+    pool_a = pools.get(a)
+    assert pool_a is not None and pool_a.session is made[2]
+    assert (pool_a.active, pool_a.sockets, pools.sockets, pools.evicted) == (1, 1, 1, 1)
+    a_request.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await a_request
+    assert not pools._waiters and pools._spare == 0
+
+
+async def test_a_pool_handed_to_a_request_cancelled_with_no_one_behind_is_closed() -> None:
+    """Idle host A is handed to B's waiting request to close for its socket; B is cancelled
+    before it runs and no one else waits: A is closed all the same and its socket freed."""
+    pools, made, _ = make_pools(sockets=1, per_host=1)
+    busy = pools.lease(HostKey("http://a", "t"))
+    await busy.__aenter__()
+
+    async def use_b() -> None:
+        async with pools.lease(HostKey("http://b", "t")):
+            pytest.fail("B was cancelled")
+
+    b_request = asyncio.ensure_future(use_b())
+    await anyio.wait_all_tasks_blocked()
+    await busy.__aexit__(None, None, None)  # A is idle: handed to B's request...
+    b_request.cancel()  # ...which is cancelled before it runs
+    with pytest.raises(asyncio.CancelledError):
+        await b_request
+    assert [(s.origin, s.closed) for s in made] == [("http://a", True), ("http://b", False)]
+    assert (len(pools), pools.sockets, pools._spare) == (1, 0, 0) and not pools._waiters
