@@ -372,7 +372,8 @@ async def _emulator(config: dict[str, Any]) -> None:
                     ]
                 }
             if command["cmd"] == "outage":  # down now, back after `seconds`
-                outages.append(asyncio.create_task(_outage(emu, float(command["seconds"]))))
+                shape = str(command.get("shape", "reset"))  # how each connection ends
+                outages.append(asyncio.create_task(_outage(emu, float(command["seconds"]), shape)))
                 return {"ok": True}
             if command["cmd"] == "outage_report":  # the last outage, once it has ended
                 if not outages:
@@ -385,8 +386,8 @@ async def _emulator(config: dict[str, Any]) -> None:
         await _command_loop(handle)
 
 
-async def _outage(emu: Any, seconds: float) -> int:
-    async with emu.outage() as down:
+async def _outage(emu: Any, seconds: float, shape: str) -> int:
+    async with emu.outage(shape=shape) as down:
         await asyncio.sleep(seconds)
     return len(down.requests)
 

@@ -256,12 +256,13 @@ async def run_outage(
         rows=rows,
         targets=[
             target(f"{row['contender']}: every job done and right", row["completion"], ">= 1")
-            for row in rows[:2]
+            for row in rows[:4]
         ],
         notes=[
             "requests while down: what the emulator's outage gate recorded (each request "
-            "is read, then its connection closed unanswered); with circuits it is about 5 per "
-            "host to open the circuit plus one probe per cooldown (0.25 s doubling to 2 s)",
+            "is read, then its connection reset; (close): closed unanswered; (head): closed "
+            "after an answer's head); with circuits it is about 5 per host to open the "
+            "circuit plus one probe per cooldown (0.25 s doubling to 2 s)",
         ],
         config={**config, "outage_s": seconds, "concurrency": CONCURRENCY, "rounds": rounds},
     )
@@ -276,12 +277,14 @@ async def _outage_rounds(
         out.mkdir()
         jobs = _jobs(info, out)
 
-        async def one(outage: bool, retry: sandboxkit.RetryPolicy) -> dict[str, float]:
+        async def one(outage: str | None, retry: sandboxkit.RetryPolicy) -> dict[str, float]:
             starting: list[asyncio.Task[Any]] = []
 
             def progress(done: int, total: int, outcome: object) -> None:
                 if outage and done == total // 3:
-                    starting.append(asyncio.create_task(server.command("outage", seconds=seconds)))
+                    starting.append(
+                        asyncio.create_task(server.command("outage", seconds=seconds, shape=outage))
+                    )
 
             started = time.perf_counter()
             async with _client(info, retry=retry) as client:
@@ -302,7 +305,7 @@ async def _outage_rounds(
                 requests = report["requests"]
             return {"done": result.summary.done, "right": right, "requests": requests, "wall": wall}
 
-        def contender(name: str, outage: bool, retry: sandboxkit.RetryPolicy) -> Contender:
+        def contender(name: str, outage: str | None, retry: sandboxkit.RetryPolicy) -> Contender:
             async def run() -> dict[str, float]:
                 return await one(outage, retry)
 
@@ -311,11 +314,22 @@ async def _outage_rounds(
         seconds_text = f"{seconds:g} s outage"
         return await paired_rounds(
             [
-                contender(FAULT_FREE, False, sandboxkit.RetryPolicy()),
-                contender(f"{seconds_text}, default RetryPolicy", True, sandboxkit.RetryPolicy()),
+                contender(FAULT_FREE, None, sandboxkit.RetryPolicy()),
+                contender(
+                    f"{seconds_text}, default RetryPolicy", "reset", sandboxkit.RetryPolicy()
+                ),
+                # A rolling restart's shapes: closed after the request, or after a head.
+                *(
+                    contender(
+                        f"{seconds_text} ({shape}), default RetryPolicy",
+                        shape,
+                        sandboxkit.RetryPolicy(),
+                    )
+                    for shape in ("close", "head")
+                ),
                 contender(
                     f"{seconds_text}, max_stall=0 (no circuits)",
-                    True,
+                    "reset",
                     sandboxkit.RetryPolicy(max_stall=0),
                 ),
             ],

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncGenerator, AsyncIterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterable, Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -81,6 +81,7 @@ class StreamingResponse:
         "_ring",
         "coding",
         "headers",
+        "on_body",
         "status",
     )
 
@@ -98,6 +99,7 @@ class StreamingResponse:
         self.status = response.status
         self.headers: Mapping[str, str] = response.headers
         self.coding = content_coding(response.headers.get(CONTENT_ENCODING))
+        self.on_body: Callable[[], None] | None = None  # called at the first body byte read
 
     @property
     def received(self) -> int:
@@ -187,6 +189,9 @@ class StreamingResponse:
                     break
                 if piece is None:
                     return
+                if (told := self.on_body) is not None:
+                    self.on_body = None
+                    told()
                 yield piece
                 del piece  # not held while waiting: the ring reuses a buffer nobody holds
         finally:
@@ -231,6 +236,9 @@ class StreamingResponse:
                     if end_of_http_chunk:
                         continue  # a chunked-encoding boundary, not the end of the body
                     return
+                if (told := self.on_body) is not None:
+                    self.on_body = None
+                    told()
                 if len(piece) <= size:
                     yield piece
                 else:

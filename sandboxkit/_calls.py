@@ -21,6 +21,7 @@ from ._answers import Reply
 from ._config import NO_OPTIONS, CallOptions, RetryPolicy, Timeout
 from ._convert import structure
 from ._protocol import ApiRequest
+from ._proxies import redacted
 from ._retry import RetryBudget, TryAgain, is_outage, is_retryable, retry_delay
 from ._telemetry import Telemetry, Transfer, Watch, watching
 from ._transport import Transport
@@ -32,12 +33,14 @@ from .errors import (
     RemoteProtocolError,
     ResponseDecodeError,
     SandboxKitError,
+    TransportError,
 )
 
 __all__ = ["Calls", "decode_reply"]
 
 T = TypeVar("T")
 logger = logging.getLogger("sandboxkit")
+_NEVER_ANSWERED = "has not answered this client yet"
 
 
 def decode_reply(reply: Reply, value: Any, cls: type[T]) -> T:
@@ -101,11 +104,20 @@ class Calls:
             timeout = options.timeout or self.timeout
             policy = self.policy_for(options)
             # Waiting for a host that is down is for calls that may retry once it is back.
+            waits_for = host
             if not idempotent or policy.max_attempts == 1 or policy.max_stall == 0:
-                host = None
+                waits_for = None
             deadline = None if timeout.total is None else self.clock() + timeout.total
             loop = self._loop(
-                operation, attempt, idempotent, policy, timeout, deadline, progress, host, watch
+                operation,
+                attempt,
+                idempotent,
+                policy,
+                timeout,
+                deadline,
+                progress,
+                waits_for,
+                watch,
             )
             if timeout.total is None:
                 result = await loop
@@ -122,6 +134,8 @@ class Calls:
         except BaseException as exc:
             if isinstance(exc, SandboxKitError) and exc.operation is None:
                 exc.operation = operation  # every error of a call names it (the innermost)
+            if host is not None and isinstance(exc, TransportError | APIError) and is_outage(exc):
+                self._explain_never_answered(exc, host)
             if watch is not None:
                 watch.end(exc, transfer)
             raise
@@ -131,6 +145,28 @@ class Calls:
         if watch is not None:
             watch.end(None, transfer)
         return result
+
+    def _explain_never_answered(self, error: TransportError | APIError, host: str) -> None:
+        """A host that never answered this client is likely a wrong address, not one that
+        is down: the message says what to check. Through a proxy, a 502 or 503 for such a
+        host is most likely the proxy's own (it cannot reach the host): it says so."""
+        if self.transport.circuits.ever_answered(host) or _NEVER_ANSWERED in error.message:
+            return
+        proxy = self.transport.proxies.for_origin(host)
+        if isinstance(error, APIError):
+            if proxy is None:
+                return  # the service's own gateway: its message stands
+            blame = (
+                f"the {error.status} likely comes from the proxy {redacted(proxy.url)}, "
+                "which cannot reach it; "
+            )
+        else:
+            blame = ""
+        error.message = (
+            f"{error.message} ({blame}{host} {_NEVER_ANSWERED}: check the base URL or the "
+            "sandbox's domain, its port, and any proxy in between)"
+        )
+        error.args = (error.message,)
 
     def policy_for(self, options: CallOptions) -> RetryPolicy:
         """The retry policy a call with these options runs under."""
@@ -150,6 +186,7 @@ class Calls:
     ) -> T:
         spent = 0
         counted = 0
+        outages = 0  # this call's counted outage failures in a row: forgiven if it is down
         retries = 0
         malformed_before = False
         stall = policy.max_stall
@@ -175,13 +212,27 @@ class Calls:
                 if probe is not None and host is not None:  # a probe that did not report
                     self.transport.circuits.abandon(host, probe)
             moved = progress is not None and progress() > before
-            if moved:
-                counted -= 1  # a try that moved a transfer forward is not a failed attempt
+            # A try that moved a transfer forward is not a failed attempt, unless the caller
+            # asked for one request (to fail fast, or to own the retrying).
+            if moved and policy.max_attempts > 1:
+                counted -= 1
+                outages = 0
                 if stall is not None:
                     stalled_at = self.clock() + stall
             if host is not None and self._is_down(host, failure):
-                counted -= 1  # the host is down: wait for it (above), spending nothing
+                # The host is down: wait for it (above), spending nothing; the failures that
+                # told of it going away before its circuit opened are no attempts either.
+                counted -= 1 + outages
+                outages = 0
                 continue
+            # A failure that says a host known to be up is going away costs no budget either:
+            # its circuit, not the budget, bounds what an outage costs (one probe a cooldown).
+            going_away = (
+                host is not None
+                and _is_outage(failure)
+                and self.transport.circuits.ever_answered(host)
+            )
+            outages = outages + 1 if going_away and not moved else 0
             # Backoff grows with the failures that count, so progress also resets it.
             delay = self._next_delay(failure, idempotent, policy, counted, malformed_before)
             malformed_before = malformed_before or isinstance(failure, RemoteProtocolError)
@@ -192,7 +243,7 @@ class Calls:
             # outage that cuts every transfer at once would drain it for their continuations.
             cost = (
                 0
-                if moved
+                if moved or going_away
                 else self.budget.try_spend(connection_failure=_is_connection_failure(failure))
             )
             if cost is None:
@@ -216,7 +267,7 @@ class Calls:
             await self.sleep(delay)
 
     def _is_down(self, host: str, failure: SandboxKitError | TryAgain) -> bool:
-        if isinstance(failure, TryAgain) or not is_outage(failure):
+        if not _is_outage(failure):
             return False
         circuit = self.transport.circuits.get(host)
         return circuit is not None and not circuit.closed
@@ -237,6 +288,17 @@ class Calls:
             admission = circuit.admit(now)
             if admission.go:
                 return admission.probe
+            if circuits.first_wait(host):
+                logger.warning(
+                    "%s: %s is down; waiting up to %s for it to answer again "
+                    "(RetryPolicy.max_stall), probing it every %.2fs or less",
+                    operation,
+                    host,
+                    "the call's total timeout"
+                    if stalled_at is None
+                    else f"{stalled_at - now:.0f}s",
+                    circuit.max_cooldown,
+                )
             if admission.retry_at is not None:
                 if stalled_at is not None and admission.retry_at > stalled_at:
                     break
@@ -283,6 +345,10 @@ class Calls:
             options=options,
             host=self.transport.base_url,
         )
+
+
+def _is_outage(failure: SandboxKitError | TryAgain) -> bool:
+    return not isinstance(failure, TryAgain) and is_outage(failure)
 
 
 def _is_connection_failure(failure: SandboxKitError | TryAgain) -> bool:

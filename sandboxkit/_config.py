@@ -165,7 +165,8 @@ class RetryPolicy:
     """How one operation retries.
 
     Args:
-        max_attempts: requests in all, the first included (1 disables retries).
+        max_attempts: requests in all, the first included. A try that moved a transfer
+            forward is not counted (it is carried on), except under 1: exactly one request.
         initial_backoff: the first delay's upper bound, in seconds (full jitter below it).
         max_backoff: the cap on any computed delay.
         max_retry_after: the longest `Retry-After` we wait for; a longer one raises at once
@@ -174,11 +175,14 @@ class RetryPolicy:
         honor_retry_after: wait what `Retry-After` says (off only in `no_delay`, for tests).
         max_stall: the longest a call goes without progress (its start, or bytes moved)
             while its host is down, in seconds; then it raises its last failure (or
-            `HostUnavailableError`). A host is down when its circuit is open: after 5
-            refused connects, timeouts or 502/503 answers in a row from any calls, calls to
-            it wait, spending no attempts and no retry budget, while one probe at a time
-            (after 0.25 s, doubling to 2 s) tests it. None: only `Timeout.total` bounds the
-            wait. 0: never wait for a host; its failures count as attempts.
+            `HostUnavailableError`). A host that answered this client before is down when
+            its circuit is open: after 5 failures in a row that say it is going away
+            (refused or reset connects, timeouts, a connection closed before or right after
+            an answer's head, 502/503) from any calls, calls to it wait, spending no
+            attempts and no retry budget (nor did those 5), while one probe at a time (after
+            0.25 s, doubling to 2 s) tests it. A host that never answered is not waited for:
+            its failures count as attempts. None: only `Timeout.total` bounds the wait. 0:
+            never wait for a host; its failures count as attempts.
     """
 
     max_attempts: int = attrs.field(default=5, validator=at_least(1))
@@ -191,7 +195,8 @@ class RetryPolicy:
 
     @classmethod
     def none(cls) -> RetryPolicy:
-        """A policy that never retries (nor waits for a host that is down)."""
+        """Exactly one request per call: no retry, no carrying on of a cut transfer, no
+        wait for a host that is down."""
         return cls(max_attempts=1, max_stall=0.0)
 
     @classmethod

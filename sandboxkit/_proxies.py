@@ -21,6 +21,7 @@ import base64
 import ipaddress
 import os
 from collections.abc import Mapping
+from typing import Any
 from urllib.parse import SplitResult, unquote, urlsplit
 
 import attrs
@@ -218,6 +219,19 @@ class ProxyRoutes:
         proxy = self.everywhere or self.https
         value = proxy.authorization if proxy is not None else None
         return None if value is None else {PROXY_AUTHORIZATION: value}
+
+    def session_options(self, origin: str, headers: dict[str, str]) -> dict[str, Any]:
+        """A session's `headers=` and `proxy=` for its one origin, so the proxy is chosen
+        once, when it is made (aiohttp's `trust_env` stays off: it would read `.netrc`).
+        Proxy credentials ride on each request to an http origin (the proxy reads them),
+        and only on the CONNECT for an https one (`tunnel_headers`, per request: a
+        session's headers would go through the tunnel)."""
+        proxy = self.for_origin(origin)
+        if proxy is None:
+            return {"headers": headers}
+        if proxy.authorization is not None and origin[:5].lower() == "http:":
+            headers = {**headers, PROXY_AUTHORIZATION: proxy.authorization}
+        return {"headers": headers, "proxy": proxy.url}
 
     def for_origin(self, origin: str) -> Proxy | None:
         """The proxy for requests to `origin` (`scheme://host[:port]`), or None (direct)."""

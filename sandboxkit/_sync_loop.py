@@ -38,6 +38,7 @@ from typing import Any, NamedTuple, TypeVar, overload
 import anyio
 from anyio.abc import TaskGroup
 
+from ._forks import restart_in_child
 from .errors import ClientStateError
 
 __all__ = ["Loop"]
@@ -151,7 +152,8 @@ class Loop:
     """A running event loop in a daemon thread, shared by one sync Client's facades.
 
     Stopped by `stop()`, or else by a finalizer (with a `ResourceWarning`) once no facade
-    holds it.
+    holds it. In a child process after `os.fork()` the thread is gone: the child's first
+    call starts one of its own, and the parent's loop is left alone (`_forks`).
     """
 
     def __init__(self) -> None:
@@ -159,14 +161,30 @@ class Loop:
         self._lock = threading.Lock()
         self._aclose: Closer | None = None
         self._finalizer: weakref.finalize[Any, Any] | None = None
+        self._parts: _Parts | None = self._start()
+        restart_in_child(self, Loop._forget_the_parents)
+
+    def _forget_the_parents(self) -> None:
+        # In a forked child, before its code runs. At exit the finalizer would ask the
+        # parent's loop to stop: a write to the wake-up socket the child shares with it.
+        if self._finalizer is not None:
+            self._finalizer.detach()
+        self._lock = threading.Lock()  # a thread that held it is not in the child
+        self._parts = self._finalizer = None
+
+    def _start(self) -> _Parts:
         ready: Future[_Parts] = Future()
         threading.Thread(target=_run, args=(ready,), name="sandboxkit-sync", daemon=True).start()
-        self._parts = ready.result()
+        parts = ready.result()
+        if self._aclose is not None:
+            self._finalizer = weakref.finalize(self, _forgotten, parts, self._aclose)
+        return parts
 
     def closes(self, aclose: Closer) -> None:
         """Run `aclose` on the loop when it stops; from now on a forgotten stop warns."""
         self._aclose = aclose
-        self._finalizer = weakref.finalize(self, _forgotten, self._parts, aclose)
+        if self._parts is not None:  # else a forked child's first call registers it
+            self._finalizer = weakref.finalize(self, _forgotten, self._parts, aclose)
 
     @overload
     def call(self, func: Callable[[], Awaitable[T]]) -> T: ...
@@ -179,14 +197,18 @@ class Loop:
             ClientStateError: the loop is stopped, or was stopped during the call, or this
                 is the loop's own thread (a callback), where waiting would never end.
         """
-        if threading.current_thread() is self._parts.thread:
+        parts = self._parts
+        if parts is not None and threading.current_thread() is parts.thread:
             raise ClientStateError("a sync call cannot be made from a callback on its loop")
         call = _Call(func)
-        loop = self._parts.loop
         with self._lock:  # no call may join the group behind stop()'s request
             if self.closed:
                 raise ClientStateError(CLOSED)
-            loop.call_soon_threadsafe(self._parts.calls.start_soon, call.run)
+            if self._parts is None:  # the first call in a forked child
+                self._parts = self._start()
+            parts = self._parts
+            parts.loop.call_soon_threadsafe(parts.calls.start_soon, call.run)
+        loop = parts.loop
         try:
             while not call.finished.wait(WAKE_SECONDS):  # a timed wait lets a signal in
                 pass
@@ -206,6 +228,8 @@ class Loop:
             if self.closed:
                 return
             self.closed = True
+            parts = self._parts  # None: a forked child that made no call has no loop to stop
         if self._finalizer is not None:
             self._finalizer.detach()
-        _stop(self._parts, self._aclose)
+        if parts is not None:
+            _stop(parts, self._aclose)

@@ -23,6 +23,7 @@ from ._bodies import LazyReadTimer, StreamingResponse, read_capped
 from ._circuits import Circuits
 from ._config import Limits, Timeout
 from ._events import origin_of
+from ._forks import restart_in_child
 from ._localhost import LocalhostResolver
 from ._pools import HostKey, HostPool, HostPools
 from ._protocol import (
@@ -33,7 +34,7 @@ from ._protocol import (
     ApiRequest,
     query_string,
 )
-from ._proxies import PROXY_AUTHORIZATION, ProxyRoutes
+from ._proxies import ProxyRoutes
 from ._retry import is_outage
 from ._telemetry import Exchange, watching
 from ._translate import translate
@@ -86,20 +87,27 @@ class Transport:
         self._authorization = f"Bearer {api_key}"
         self.limits = limits
         self._ssl = ssl
-        self._proxies = proxies if proxies is not None else ProxyRoutes()
-        self._tunnel_headers = self._proxies.tunnel_headers()
+        self.proxies = proxies if proxies is not None else ProxyRoutes()
+        self._tunnel_headers = self.proxies.tunnel_headers()
+        self._callers_resolver = resolver
+        self._clock = clock
+        self._closed = False
+        self._start_afresh()
+        restart_in_child(self, Transport._start_afresh)
+
+    def _start_afresh(self) -> None:
+        """What is bound to one loop: made again in a child after `os.fork()` (`_forks`)."""
         # Without a resolver of the caller's, `*.localhost` is loopback (a standalone
         # emulator's sandbox hosts) and every other name resolves as aiohttp's default does.
-        self._own_resolver = LocalhostResolver() if resolver is None else None
-        self._resolver = resolver if resolver is not None else self._own_resolver
+        self._own_resolver = LocalhostResolver() if self._callers_resolver is None else None
+        self._resolver = self._callers_resolver or self._own_resolver
         self._loop: asyncio.AbstractEventLoop | None = None
         self._control: aiohttp.ClientSession | None = None
-        self._closed = False
         self.hosts: HostPools[aiohttp.ClientSession] = HostPools(
-            limits, self._make_host_session, clock
+            self.limits, self._make_host_session, self._clock
         )
         # What each request met, by host: `Calls` waits on a host whose circuit is open.
-        self.circuits = Circuits(clock)
+        self.circuits = Circuits(self._clock)
         # Answers whose body is being read; `aclose()` ends them first (see there).
         self._reading: set[aiohttp.ClientResponse] = set()
 
@@ -135,19 +143,6 @@ class Transport:
         connector._factory = factory  # type: ignore[assignment]  # a subclass: same protocol
         return connector
 
-    def _proxied(self, origin: str, headers: dict[str, str]) -> dict[str, Any]:
-        """A session's `headers=` and `proxy=` for its one origin, so the proxy is chosen
-        once, when it is made. aiohttp's `trust_env` stays off (it would read `.netrc`):
-        `_proxies` read the environment. Proxy credentials ride on each request to an http
-        origin (the proxy reads them), and only on the CONNECT for an https one
-        (`_tunnel_headers`, per request: a session's headers would go through the tunnel)."""
-        proxy = self._proxies.for_origin(origin)
-        if proxy is None:
-            return {"headers": headers}
-        if proxy.authorization is not None and origin[:5].lower() == "http:":
-            headers = {**headers, PROXY_AUTHORIZATION: proxy.authorization}
-        return {"headers": headers, "proxy": proxy.url}
-
     def _check_open(self) -> None:
         if self._closed:
             raise ClientStateError("this sandboxkit.Client is closed; create a new one")
@@ -160,7 +155,7 @@ class Transport:
                     # Responses are JSON we decode ourselves; nothing is ever auto-redirected.
                     auto_decompress=True,
                     trust_env=False,
-                    **self._proxied(self.base_url, {"User-Agent": USER_AGENT}),
+                    **self.proxies.session_options(self.base_url, {"User-Agent": USER_AGENT}),
                 )
             )
         return self._control
@@ -176,7 +171,7 @@ class Transport:
             connector=self._connector(self.limits.per_host_connections),
             auto_decompress=False,
             trust_env=False,
-            **self._proxied(host.origin, headers),
+            **self.proxies.session_options(host.origin, headers),
         )
         return _uncounted_resends_off(session)
 
@@ -201,7 +196,7 @@ class Transport:
         exchange = (
             None if watch is None else Exchange(watch, request.method, origin_of(self.base_url))
         )
-        status = 0
+        unreported = True  # to the console's circuit
         try:
             async with session.request(
                 request.method,
@@ -214,10 +209,9 @@ class Transport:
                 timeout=_client_timeout(timeout),
                 allow_redirects=False,
             ) as response:
-                status = response.status
-                self.circuits.answered(self.base_url, status)
+                unreported = bool(self.circuits.headed(self.base_url, response.status))
                 if exchange is not None:
-                    exchange.answered(status, response.headers)
+                    exchange.answered(response.status, response.headers)
                 self._refuse_if_closed(response)
                 self._reading.add(response)
                 try:
@@ -229,6 +223,9 @@ class Transport:
                         body, whole = await read_capped(response.content, CONTROL_BODY_LIMIT)
                 finally:
                     self._reading.discard(response)
+                if unreported:  # only now: a head whose body then dies is a host going away
+                    self.circuits.answered(self.base_url, response.status)
+                    unreported = False
                 if not whole and 200 <= response.status < 300:
                     raise ResponseDecodeError(
                         f"{request.operation}: the {response.status} answer is larger than "
@@ -259,7 +256,7 @@ class Transport:
             if exchange is not None:
                 exchange.end(None)
             return reply
-        if not status and is_outage(error):  # no head: the console may be down
+        if unreported and is_outage(error):  # no answer, or a head and no body: going away
             self.circuits.failed(self.base_url, str(error))
         if exchange is not None:
             exchange.end(error)
@@ -332,6 +329,7 @@ class _Exchanged:
     __slots__ = (
         "_data",
         "_exchange",
+        "_headed",
         "_headers",
         "_host",
         "_method",
@@ -367,6 +365,7 @@ class _Exchanged:
         self._exchange: Exchange | None = None
         self._response: aiohttp.ClientResponse | None = None
         self._streaming: StreamingResponse | None = None
+        self._headed = 0  # the status of a head whose end the host's circuit awaits
 
     async def __aenter__(self) -> StreamingResponse:
         transport = self._transport
@@ -407,13 +406,14 @@ class _Exchanged:
                     transport.circuits.failed(host.origin, str(error))
                 raise error  # outside the except block: see _translate.mapped
             pool.observe(response.status)
-            transport.circuits.answered(host.origin, response.status)
+            self._headed = transport.circuits.headed(host.origin, response.status)
             if exchange is not None:
                 exchange.answered(response.status, response.headers)
             transport._refuse_if_closed(response)
             self._response = response
             transport._reading.add(response)
             self._streaming = StreamingResponse(response, self._operation, self._timeout.read)
+            self._streaming.on_body = transport.circuits.on_body(host.origin, self._headed)
             return self._streaming
         except BaseException as exc:
             await self._end(exc)
@@ -439,6 +439,8 @@ class _Exchanged:
                 response.release()
             else:
                 response.close()
+        if self._headed:  # the circuit hears how an answer whose head came ended
+            self._transport.circuits.ended(self._host.origin, self._headed, exc, received or 0)
         if self._exchange is not None:
             self._exchange.end(exc, received)
         pool, self._pool = self._pool, None

@@ -7,7 +7,7 @@ import ssl as ssl_module
 import time
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import aiohttp
 
@@ -46,6 +46,8 @@ class Client:
 
     Safe to share between many tasks of one event loop. Build it anywhere; its sessions are
     created inside the running loop on first use and closed by `aclose()` or `async with`.
+    In a child process after `os.fork()` it starts afresh, bound to no loop: the child's
+    first call makes sessions of its own, and the parent's are never used or closed there.
 
     Args:
         api_key: API key or OAuth access token (env `SANDBOXKIT_API_KEY`).
@@ -186,6 +188,16 @@ class Client:
 
     async def __aenter__(self) -> Client:
         return self
+
+    # A plain `with` gave Python's bare "does not support the context manager protocol".
+    def __enter__(self) -> NoReturn:
+        raise TypeError(
+            "sandboxkit.Client is asynchronous: use `async with sandboxkit.Client() as "
+            "client:` inside a coroutine, or sandboxkit.sync.Client() for blocking code"
+        )
+
+    def __exit__(self, *exc_info: object) -> None:  # pragma: no cover - __enter__ raises
+        pass
 
     async def __aexit__(
         self,

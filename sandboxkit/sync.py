@@ -76,11 +76,11 @@ __all__ = [
     "Vpcs",
 ]
 
-P = ParamSpec("P")
-R = TypeVar("R")
-T = TypeVar("T")
-A = TypeVar("A")
-F = TypeVar("F", bound="_Facade[Any]")
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+_T = TypeVar("_T")
+_A = TypeVar("_A")
+_F = TypeVar("_F", bound="_Facade[Any]")
 
 
 # Async classes and the facade that wraps each, filled in by `_Facade.__init_subclass__`.
@@ -112,10 +112,10 @@ def _blocking_call(loop: Loop, method: Callable[..., Any]) -> Callable[..., Any]
     return call
 
 
-class _Facade(Generic[A]):
+class _Facade(Generic[_A]):
     """Wraps one async object; subclasses name the members they expose, typed."""
 
-    def __init__(self, loop: Loop, target: A) -> None:
+    def __init__(self, loop: Loop, target: _A) -> None:
         self._loop = loop
         self._target = target
 
@@ -138,42 +138,51 @@ class _Facade(Generic[A]):
             return _adapt(self._loop, value)
 
 
-class _Member(Generic[P, R]):
+class _Member(Generic[_P, _R]):
     """A facade member: calls the async member of the same name through the loop."""
 
     def __init__(self, method: Callable[..., Any]) -> None:
-        self._name = method.__name__
-        self.__doc__ = method.__doc__  # help() on the sync class shows the async docs
+        self._name = name = method.__name__
+
+        # What the class shows (help(), inspect): a method with the async one's name,
+        # parameters and docs, not a `<_Member object>`.
+        @functools.wraps(method)
+        def unbound(facade: _Facade[Any], *args: Any, **kwargs: Any) -> Any:
+            return _blocking_call(facade._loop, getattr(facade._target, name))(*args, **kwargs)
+
+        self._unbound = unbound
 
     @overload
-    def __get__(self, facade: None, owner: type[Any]) -> Self: ...
+    def __get__(self, facade: None, owner: type[Any]) -> Callable[..., _R]: ...
     @overload
-    def __get__(self, facade: _Facade[Any], owner: type[Any] | None = None) -> Callable[P, R]: ...
+    def __get__(self, facade: _Facade[Any], owner: type[Any] | None = None) -> Callable[_P, _R]: ...
     def __get__(self, facade: _Facade[Any] | None, owner: type[Any] | None = None) -> Any:
         if facade is None:
-            return self
+            return self._unbound
         return _blocking_call(facade._loop, getattr(facade._target, self._name))
 
 
-def _blocking(method: Callable[Concatenate[Any, P], Awaitable[R]]) -> _Member[P, R]:
+def _blocking(method: Callable[Concatenate[Any, _P], Awaitable[_R]]) -> _Member[_P, _R]:
     """Expose a coroutine method as a blocking call returning the same value."""
     return _Member(method)
 
 
-def _iterating(method: Callable[Concatenate[Any, P], AsyncIterator[T]]) -> _Member[P, Stream[T]]:
+def _iterating(
+    method: Callable[Concatenate[Any, _P], AsyncIterator[_T]],
+) -> _Member[_P, Stream[_T]]:
     """Expose a method returning an async iterator as one returning a blocking `Stream`."""
     return _Member(method)
 
 
-def _handle(method: Callable[Concatenate[Any, P], Any], facade: type[F]) -> _Member[P, F]:
+def _handle(method: Callable[Concatenate[Any, _P], Any], facade: type[_F]) -> _Member[_P, _F]:
     """Expose a method returning an async object as one returning its sync `facade`."""
     return _Member(method)
 
 
-class _Child(Generic[F]):
+class _Child(Generic[_F]):
     """A facade attribute wrapping the async object's attribute of the same name."""
 
-    def __init__(self, facade: type[F]) -> None:
+    def __init__(self, facade: type[_F]) -> None:
         self._facade = facade
         self._name = ""
         self.__doc__ = facade.__doc__
@@ -184,14 +193,14 @@ class _Child(Generic[F]):
     @overload
     def __get__(self, facade: None, owner: type[Any]) -> Self: ...
     @overload
-    def __get__(self, facade: _Facade[Any], owner: type[Any] | None = None) -> F: ...
+    def __get__(self, facade: _Facade[Any], owner: type[Any] | None = None) -> _F: ...
     def __get__(self, facade: _Facade[Any] | None, owner: type[Any] | None = None) -> Any:
         if facade is None:
             return self
         return self._facade(facade._loop, getattr(facade._target, self._name))
 
 
-class Stream(Generic[T]):
+class Stream(Generic[_T]):
     """A blocking iterator over an async one; `with` (or `close()`) releases it early.
 
     One thread at a time should iterate a given Stream; different Streams may be used from
@@ -200,15 +209,15 @@ class Stream(Generic[T]):
 
     def __init__(self, loop: Loop, source: Any) -> None:
         self._loop = loop
-        self._iterator: AsyncIterator[T] = source.__aiter__()
+        self._iterator: AsyncIterator[_T] = source.__aiter__()
 
     def __repr__(self) -> str:
         return f"<sync Stream over {self._iterator!r}>"
 
-    def __iter__(self) -> Iterator[T]:
+    def __iter__(self) -> Iterator[_T]:
         return self
 
-    def __next__(self) -> T:
+    def __next__(self) -> _T:
         try:
             return self._loop.call(self._iterator.__anext__)
         except StopAsyncIteration:
@@ -337,7 +346,9 @@ class Client(_Facade[_client.Client]):
     flight (they raise `ClientStateError`), closes the async client and stops the loop. One
     never closed is stopped, with a `ResourceWarning`, when collected or at exit. Share one
     instance between threads. Event hooks (`on_request`, `on_response`, `on_retry`) are
-    called on that loop's thread.
+    called on that loop's thread. In a process forked from one using it (multiprocessing,
+    gunicorn `--preload`, Celery prefork), its first call starts a loop and connections of
+    the child's own; the parent's are never used, closed or collected there.
 
     Raises:
         ValidationError: as `sandboxkit.Client` does (no loop is left running).
@@ -351,6 +362,11 @@ class Client(_Facade[_client.Client]):
 
     def __init__(self, **options: Unpack[ClientOptions]) -> None:
         self._start(functools.partial(_client.Client, **options))
+
+    # help() and inspect show the options by name, as `sandboxkit.Client` takes them (the
+    # annotation above says the same to type checkers).
+    __signature__ = inspect.signature(_client.Client)
+    __init__.__signature__ = inspect.signature(_client.Client.__init__)  # type: ignore[attr-defined]
 
     @classmethod
     def from_config(cls, config: ClientConfig) -> Self:
@@ -392,3 +408,8 @@ class Client(_Facade[_client.Client]):
         tb: types.TracebackType | None,
     ) -> None:
         self.close()
+
+
+def __dir__() -> list[str]:
+    # What a user calls: not the typing helpers and imports the module works with.
+    return sorted(__all__)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import pydoc
 import typing
 
+import pytest
+
 import sandboxkit
 from sandboxkit.emulator import Emulator
 from sandboxkit.resources.files import Files
@@ -67,3 +69,29 @@ async def test_documented_attributes_still_reach_their_resources(
     await box.handle.files.upload("/home/user/x", b"x")
     assert await box.handle.files.read_bytes("/home/user/x") == b"x"
     assert len(await emulator_client.v1.list_templates()) == len(emulator.v1_template_ids)
+
+
+def test_a_plain_with_says_to_use_async_with_or_the_sync_client() -> None:
+    """Python's own error ("does not support the context manager protocol") named neither."""
+    client = sandboxkit.Client(api_key="k", base_url="http://127.0.0.1:9")
+    with pytest.raises(TypeError) as caught, client:  # type: ignore[misc]  # the mistake
+        raise AssertionError("a plain with must not enter")
+    assert "async with sandboxkit.Client()" in str(caught.value)
+    assert "sandboxkit.sync.Client()" in str(caught.value)
+
+
+def test_help_and_dir_show_what_a_user_calls() -> None:
+    """help(sync.Client) names its options and shows its members as methods with their real
+    parameters; help(Sandbox) says how to get one; dir(sandboxkit.sync) lists no typing
+    helpers (`A`, `F`, `P`, `R`, `T`)."""
+    from sandboxkit import sync
+
+    shown = pydoc.render_doc(sync.Client, renderer=pydoc.plaintext)
+    assert "Unpack" not in shown and "_Member" not in shown and "object at 0x" not in shown
+    assert "Client(*, api_key: 'str | None' = None, base_url:" in shown
+    assert "sandbox_from_response(self, body: 'Mapping[str, Any]') -> 'Sandbox'" in shown
+    assert "client.sandbox_from_response(answer)" in pydoc.render_doc(
+        sandboxkit.Sandbox, renderer=pydoc.plaintext
+    )
+    assert set(dir(sync)) == set(sync.__all__)
+    assert not {"A", "F", "P", "R", "T"} & set(dir(sync))

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import os
 import socket
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -134,21 +133,24 @@ def on_virtual_time(client: sandboxkit.Client, time: VirtualTime) -> None:
 
 @pytest.fixture
 async def down_box(emulator: Emulator) -> AsyncIterator[tuple[Box, VirtualTime]]:
-    """A sandbox holding REMOTE, seen by a client on virtual time with a 10 s `max_stall`."""
+    """A sandbox holding REMOTE, seen by a client on virtual time with a 10 s `max_stall`,
+    whose host has answered it once (only such a host is waited for when it goes down)."""
     time = VirtualTime()
     async with emulator.client(retry=sandboxkit.RetryPolicy(max_stall=10.0)) as client:
         on_virtual_time(client, time)
         box = await new_box(emulator, client)
         box.put(REMOTE, payload(100_000, seed=5))
+        client._calls.transport.circuits.heard_from(box.handle.origin)
         yield box, time
 
 
 async def test_a_lone_call_to_a_host_that_stays_down_waits_for_max_stall_spending_no_budget(
     emulator: Emulator, down_box: tuple[Box, VirtualTime], tmp_path: Path
 ) -> None:
-    """5 failures open the circuit (4 of them counted retries); then only probes are sent
-    (after 0.25, 0.5, 1, 2, 2, 2, 2 s) until the next would pass 10 s of no progress; the
-    call ends with its own last failure, and the budget paid for the 4 retries only."""
+    """5 failures open the circuit (the 4 retries before it, once the host is known down,
+    are given back: attempts and budget); then only probes are sent (after 0.25, 0.5, 1, 2,
+    2, 2, 2 s) until the next would pass 10 s of no progress; the call ends with its own
+    last failure, having spent no retry budget."""
     box, time = down_box
     budget = box.handle._calls.budget
     async with emulator.outage(status=503) as down:
@@ -156,7 +158,7 @@ async def test_a_lone_call_to_a_host_that_stays_down_waits_for_max_stall_spendin
             await box.files.download(REMOTE, tmp_path / "out.bin")
     assert len(down.requests) == 5 + 7
     assert {r.target.split("?")[0] for r in down.requests} == {"/files"}
-    assert budget.capacity - budget.tokens == 4 * budget.retry_cost
+    assert budget.tokens == budget.capacity
     assert time.now == pytest.approx(9.75)  # the last probe; the next was due at 11.75
     assert not (tmp_path / "out.bin").exists()
 
@@ -223,12 +225,16 @@ async def test_the_console_has_a_circuit_too(emulator: Emulator) -> None:
     time = VirtualTime()
     async with emulator.client() as client:
         on_virtual_time(client, time)
+        assert (await client.v1.get_organization(emulator.org_id)).name  # it was up
         outage = contextlib.AsyncExitStack()
         down: Outage = await outage.enter_async_context(emulator.outage(status=503))
         time.at(2.0, outage.aclose)
         org = await client.v1.get_organization(emulator.org_id)
     assert org.name
-    assert len(down.requests) == 5 + 3  # probes at 0.25, 0.75, 1.75; 3.75 got through
+    # The first failure was the pooled connection the outage cut (it sent no request), 4
+    # more opened the circuit; probes at 0.25, 0.75, 1.75; the one at 3.75 got through.
+    assert len(down.requests) == 4 + 3
+    assert time.now == pytest.approx(3.75)
     assert {r.server for r in down.requests} == {"console"}
 
 
@@ -241,6 +247,7 @@ async def test_a_cancelled_probe_hands_the_probe_to_a_waiting_call(
     time = VirtualTime()
     on_virtual_time(emulator_client, time)
     circuits = calls.transport.circuits
+    circuits.heard_from("http://h")  # it was up: its failures may say it is down
     for _ in range(5):
         circuits.failed("http://h", "refused")
     probing = asyncio.Event()
@@ -349,14 +356,6 @@ async def test_an_outage_with_a_status_answers_every_request_with_it(
 
 
 # -- the job: a real outage in the middle of a batch ---------------------------------
-
-
-@pytest.fixture
-def collected_after_the_emulator() -> Iterator[None]:
-    """Requested before `emulator`, so it tears down after it: what the emulator's servers
-    leave unclosed is collected in this test's own teardown, not in a later test's."""
-    yield
-    gc.collect()
 
 
 async def test_a_batch_outlives_a_five_second_outage_with_the_default_policy(

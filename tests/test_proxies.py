@@ -437,7 +437,7 @@ async def test_proxy_credentials_never_leak(
                 await call()
             caught.append(error.value)
         config = sandboxkit.ClientConfig(api_key=emulator.api_key, proxy=url)
-        things: list[Any] = [client, client._transport, client._transport._proxies, sbx, config]
+        things: list[Any] = [client, client._transport, client._transport.proxies, sbx, config]
         text = "\n".join(repr(t) + str(t) for t in things)
     assert len(auth_proxy_server.records()) == 4 + 4  # the failures went through it too
     for exc in caught:

@@ -21,7 +21,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("errors", "models", "_version", "_record_decoder"),
     ("_config", "_protocol", "_convert", "_operations", "_proxies"),
     ("_answers", "_retry", "_validation", "_cursors", "_resume", "_events", "_slices"),
-    ("_pools", "_circuits", "_cancel", "_translate", "_localhost", "_telemetry", "_ring"),
+    ("_pools", "_circuits", "_cancel", "_translate", "_localhost", "_telemetry", "_ring", "_forks"),
     ("_bodies",),
     ("_transport",),
     ("_calls",),

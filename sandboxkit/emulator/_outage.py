@@ -1,7 +1,8 @@
 """An outage of the emulator's servers: what a client meets while the service is down.
 
 While an outage lasts, a gate in front of each server's middleware records every request
-and then closes its connection without an answer (a server that died after accepting), or
+and then ends its connection in one of the shapes of `SHAPES` (a server that died after
+accepting, one shutting down that closes what it reads, one that dies mid-answer), or
 answers it with one status (a gateway whose backend is down). Connections open when the
 outage begins are cut. Nothing is lost: sandboxes, files and builds are all there after it.
 
@@ -19,7 +20,19 @@ import attrs
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
-__all__ = ["Outage", "OutageRequest", "cut_connections", "outage_gate"]
+__all__ = ["SHAPES", "Outage", "OutageRequest", "cut_connections", "outage_gate"]
+
+# How a connection ends when the outage has no status, after its request head is read.
+SHAPES = {
+    "reset": "reset (RST), as by a process that died",
+    "close": "closed (FIN) unanswered, as by a server shutting down mid-restart",
+    "head": "sent an answer's head (200, a declared length) and then closed, no body",
+}
+# The head of the "head" shape: a length no body then matches, so no client takes it whole.
+_HEAD_ONLY = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
+    b"Content-Length: 1048576\r\nConnection: close\r\n\r\n"
+)
 
 
 @attrs.frozen
@@ -43,13 +56,15 @@ class Outage:
     """One outage, as :meth:`Emulator.outage` yields it.
 
     Attributes:
-        status: what each request is answered with; None: the connection is closed
-            unanswered.
+        status: what each request is answered with; None: its connection ends as
+            `shape` says.
+        shape: one of `SHAPES`: ``"reset"``, ``"close"`` or ``"head"``.
         requests: every request head that arrived while the servers were down, in order
             (a connection that closed before sending one is not counted).
     """
 
     status: int | None
+    shape: str = attrs.field(default="reset", validator=attrs.validators.in_(SHAPES))
     requests: list[OutageRequest] = attrs.field(factory=list)
 
 
@@ -66,8 +81,14 @@ def outage_gate(server: str, current: Callable[[], Outage | None]) -> Middleware
             OutageRequest(server, request.method, request.raw_path, request.headers.get("Host", ""))
         )
         if down.status is None:
-            if request.transport is not None:
-                request.transport.abort()  # a reset, as from a process that died
+            transport = request.transport
+            if transport is not None:
+                if down.shape == "reset":
+                    transport.abort()
+                else:
+                    if down.shape == "head":
+                        transport.write(_HEAD_ONLY)
+                    transport.close()  # what is written goes out first, then the FIN
             return web.Response()  # never sent: the connection is gone
         response = web.Response(status=down.status, reason="Service down")
         response.force_close()

@@ -208,13 +208,18 @@ class Emulator:
         return port
 
     @contextlib.asynccontextmanager
-    async def outage(self, *, status: int | None = None) -> AsyncIterator[Outage]:
+    async def outage(
+        self, *, status: int | None = None, shape: str = "reset"
+    ) -> AsyncIterator[Outage]:
         """Both servers are down inside the block, and serve again after it.
 
         Connections open when it begins are cut. While it lasts, each request is recorded in
-        the yielded :class:`Outage` (not in the journal: nothing served it), then its
-        connection is closed unanswered, or answered with ``status`` (say 502 or 503: a
-        gateway whose backend is down). Every sandbox and file is kept.
+        the yielded :class:`Outage` (not in the journal: nothing served it), then answered
+        with ``status`` (say 502 or 503: a gateway whose backend is down), or without one
+        its connection ends as ``shape`` says: ``"reset"`` (a process that died),
+        ``"close"`` (closed unanswered, as a server in a rolling restart does) or
+        ``"head"`` (an answer's head, then closed before any body). Every sandbox and file
+        is kept.
 
         Example:
             >>> async with emu.outage() as down:  # doctest: +SKIP
@@ -225,7 +230,7 @@ class Emulator:
             raise RuntimeError("the emulator is not running")
         if self._down is not None:
             raise RuntimeError("the emulator is already down")
-        down = self._down = Outage(status=status)
+        down = self._down = Outage(status=status, shape=shape)
         # After the gate is shut: a connection that reaches aiohttp's list only now (accepted
         # in this very loop turn) meets the gate at its first request.
         for runner in self._runners:

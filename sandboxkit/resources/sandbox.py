@@ -74,6 +74,10 @@ def address_from_response(body: Any) -> SandboxAddress:
 class Sandbox:
     """One sandbox's data plane, reached at `{scheme}://{sandbox_key}.{domain}`.
 
+    Get one from a client: `client.sandbox_from_response(answer)` (the create/connect
+    answer) or `client.sandbox(sandbox_key=..., domain=..., access_token=...)`; the
+    constructor below is internal. Its files are `sandbox.files`.
+
     Its requests go through that host's own pooled session, the only one that carries its
     access token. Creating a handle sends nothing.
     """

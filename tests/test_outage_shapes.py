@@ -1,0 +1,391 @@
+"""Outages that close connections instead of refusing them (issue 29): a server in a rolling
+restart accepts and then closes, or sends an answer's head and closes before its body. Each
+such failure says the host is going away: it counts toward the host's circuit, costs the
+call no attempt once the host is known down, and a head closes the circuit only when its
+body then flows. Over real loopback sockets, against the emulator's outage shapes and a
+relay that stops listening (refused connects)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator, Coroutine
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import sandboxkit
+from sandboxkit import batch
+from sandboxkit.emulator import Emulator, Fault, Outage
+
+from .files_support import Box, new_box, payload, sha
+from .reliability_support import RawServer, http_answer, refused_port
+
+HOSTS = 25
+JOBS_PER_HOST = 8
+CONCURRENCY = 100
+OUTAGE_SECONDS = 3.0  # the outage's length, a real one: the default policy's real waits
+REMOTE = "/home/user/data.bin"
+
+
+class Relay:
+    """A TCP relay on one loopback port to the emulator's data server. `refuse()` stops
+    listening (connects are refused, as to a host whose server is gone) and resets what it
+    relays; `serve()` listens again on the same port.
+
+    Its own accept loop, not `asyncio.start_server`: closing an asyncio server can leak a
+    connection accepted in the same loop turn, unanswered (Python 3.11's
+    `Server._attach`), and a client then waits out its read timeout on it."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.port = 0
+        self._listener: socket.socket | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._accepted: list[socket.socket] = []  # closed at refuse(), whatever became of them
+
+    async def serve(self) -> None:
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(256)
+        listener.setblocking(False)
+        self.port = listener.getsockname()[1]
+        self._listener = listener
+        # Accepted in a plain callback: a cancelled `sock_accept` can drop a connection it
+        # has already taken, unclosed.
+        asyncio.get_running_loop().add_reader(listener, self._accept, listener)
+
+    async def refuse(self) -> None:
+        if self._listener is not None:
+            asyncio.get_running_loop().remove_reader(self._listener)
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for connection in self._accepted:  # a relay cancelled before it began holds its own
+            connection.close()
+        self._accepted.clear()
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+
+    def _start(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                connection, _ = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            connection.setblocking(False)
+            self._accepted.append(connection)
+            self._start(self._relay(connection))
+
+    async def _relay(self, connection: socket.socket) -> None:
+        try:
+            reader, writer = await asyncio.open_connection(sock=connection)
+        except BaseException:
+            connection.close()
+            raise
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+            try:
+                await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
+            finally:
+                up_writer.transport.abort()
+        finally:
+            writer.transport.abort()
+
+    @staticmethod
+    async def _pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError):
+            while data := await source.read(1 << 16):
+                sink.write(data)
+                await sink.drain()
+        sink.transport.abort()  # one side ended: the exchange is over on both
+
+
+@contextlib.asynccontextmanager
+async def taken_down(emulator: Emulator, relay: Relay, shape: str) -> AsyncIterator[None]:
+    """The data plane down in `shape`: the emulator's ``close`` or ``head``, or the relay
+    refusing connects."""
+    if shape == "refused":
+        await relay.refuse()
+        try:
+            yield
+        finally:
+            await relay.serve()
+        return
+    down: Outage
+    async with emulator.outage(shape=shape) as down:
+        yield
+    assert down.requests, "the outage met no request"
+
+
+@pytest.mark.parametrize("shape", ["close", "head", "refused"])
+async def test_a_batch_through_an_outage_that_closes_connections_loses_no_job(
+    collected_after_the_emulator: None, emulator: Emulator, tmp_path: Path, shape: str
+) -> None:
+    """The issue's case: 200 downloads over 25 sandbox hosts at concurrency 100, default
+    policy; once 50 are done the data plane goes away for 3 s, closing what it accepts
+    (after the request, or after an answer's head) or refusing connects. Every job finishes
+    with the right bytes, and the requests sent while it was down stay near what opening
+    each host's circuit and probing it cost. Before the fix the heads closed the circuits
+    again and failures before a circuit opened were counted attempts: jobs were lost, and
+    the requests during the outage were several times as many."""
+    data = payload(1 << 20, seed=29)
+    relay = Relay(int(emulator.domain.rsplit(":", 1)[1]))
+    await relay.serve()
+    suffix = emulator.domain.rsplit(":", 1)[0]
+    jobs = []
+    for i in range(HOSTS):
+        body = await emulator.create_sandbox()
+        key = body["data"]["sandbox_key"]
+        root = emulator.sandbox_root(key)
+        (root / "home/user").mkdir(parents=True, exist_ok=True)
+        domain = f"{suffix}:{relay.port}" if shape == "refused" else body["data"]["domain"]
+        ref = batch.SandboxRef(key, domain, body["data"]["sandbox_access_token"])
+        for j in range(JOBS_PER_HOST):
+            (root / f"home/user/{j}.bin").write_bytes(data)
+            jobs.append(batch.DownloadJob(ref, f"/home/user/{j}.bin", tmp_path / f"{i}-{j}"))
+    down = False
+    during = 0
+
+    def on_request(_: object) -> None:
+        nonlocal during
+        during += down
+
+    fifty = asyncio.Event()
+
+    def progress(done: int, total: int, outcome: object) -> None:
+        if done == 50:
+            fifty.set()
+
+    async def outage() -> None:
+        nonlocal down
+        await fifty.wait()
+        async with taken_down(emulator, relay, shape):
+            down = True
+            await asyncio.sleep(OUTAGE_SECONDS)  # the outage's length, not a wait for an event
+            down = False
+
+    try:
+        async with emulator.client(on_request=on_request) as client:
+            taking_down = asyncio.create_task(outage())
+            result = await batch.download_many(
+                client, jobs, concurrency=CONCURRENCY, progress=progress
+            )
+            await taking_down
+    finally:
+        await relay.refuse()  # its listening socket closed
+    errors = [o.error for o in result.outcomes if o.error]
+    assert result.summary.done == len(jobs), (len(errors), errors[:3])
+    wrong = [
+        (job.dest.name, job.dest.stat().st_size)
+        for job in jobs
+        if sha(job.dest.read_bytes()) != sha(data)
+    ]
+    assert not wrong, (len(wrong), wrong[:5])
+    # Each host: up to 5 failures in a row open its circuit, plus about one per transfer in
+    # flight when it went; then probes after 0.25, 0.5, 1 and 2 s (4 in 3 s, one late).
+    assert during <= HOSTS * (5 + 4) + CONCURRENCY, during
+
+
+# -- what tells a host's circuit it is back: a body that flows, not a head ----------------
+
+
+def test_a_head_closes_the_circuit_only_once_its_body_flows() -> None:
+    """A host going away sends some heads and closes before the body: such a cut counts as
+    an outage failure; only a body that flows (or a failure of ours after the head) says
+    the host is back. A cancellation says nothing."""
+    from sandboxkit._circuits import Circuits
+
+    circuits = Circuits(lambda: 0.0)
+    host = "http://sbx-1.sandbox.test:1"
+    cut = sandboxkit.APIConnectionError("files.download: server closed the connection")
+    assert circuits.headed(host, 200) == 200  # heard from: its failures may say it is down
+    for _ in range(5):
+        circuits.failed(host, "refused")
+    circuit = circuits.get(host)
+    assert circuit is not None and not circuit.closed
+    circuits.ended(host, circuits.headed(host, 200), cut, 0)  # a head, then nothing
+    circuits.ended(host, circuits.headed(host, 200), asyncio.CancelledError(), 0)
+    assert circuits.get(host) is circuit and not circuit.closed
+    assert circuit.failures == 6 and circuit.last_failure.startswith("closed after the head")
+    assert circuits.headed(host, 503) == 0  # a gateway's 503 is a failure at its head
+    assert circuit.failures == 7
+    flowing = circuits.on_body(host, circuits.headed(host, 200))
+    assert flowing is not None and circuits.get(host) is circuit  # not at the head
+    flowing()  # the first body byte
+    assert circuits.get(host) is None  # closed, and forgotten
+    circuits.failed(host, "refused")
+    circuits.ended(host, 200, cut, 10)  # cut after some of the body: the host was up
+    assert circuits.get(host) is None
+
+
+def test_a_host_never_heard_from_opens_no_circuit_but_its_siblings_count() -> None:
+    """Failures of a host that never answered open no circuit (it is a mistake, reported);
+    a sandbox host whose domain's other hosts answered is treated as up."""
+    from sandboxkit._circuits import Circuits
+
+    circuits = Circuits(lambda: 0.0)
+    for _ in range(10):
+        circuits.failed("http://127.0.0.1:9", "refused")
+    assert circuits.get("http://127.0.0.1:9") is None
+    circuits.heard_from("http://sbx-1.sandbox.test:9")
+    assert circuits.ever_answered("http://sbx-2.sandbox.test:9")
+    assert not circuits.ever_answered("http://sbx-2.other.test:9")
+    assert not circuits.ever_answered("http://127.0.0.2:9")
+    for _ in range(5):
+        circuits.failed("http://sbx-2.sandbox.test:9", "refused")
+    circuit = circuits.get("http://sbx-2.sandbox.test:9")
+    assert circuit is not None and not circuit.closed
+
+
+# -- RetryPolicy.none() means one request ---------------------------------------------
+
+
+async def test_retry_policy_none_sends_exactly_one_request_even_when_bytes_moved(
+    emulator: Emulator, box: Box, tmp_path: Path
+) -> None:
+    """A body cut after every 1,000 bytes: with `none()` (or `max_attempts=1`) the call
+    is one request and fails with the cut; any other policy carries the transfer on for
+    free (before the fix, `none()` sent 25 requests and succeeded)."""
+    box.put(REMOTE, payload(25_000, seed=3))
+    for policy in (sandboxkit.RetryPolicy.none(), sandboxkit.RetryPolicy(max_attempts=1)):
+        emulator.faults.script("files.download", *[Fault.cut(after_bytes=1_000)] * 30)
+        before = len(emulator.journal_for("files.download"))
+        with pytest.raises(sandboxkit.APIConnectionError):
+            await box.files.download(REMOTE, tmp_path / "none.bin", retry=policy)
+        assert len(emulator.journal_for("files.download")) - before == 1
+        emulator.faults.clear()
+    emulator.faults.script("files.download", *[Fault.cut(after_bytes=1_000)] * 30)
+    before = len(emulator.journal_for("files.download"))
+    result = await box.files.download(
+        REMOTE, tmp_path / "two.bin", retry=sandboxkit.RetryPolicy(max_attempts=2)
+    )
+    assert result.sha256 == sha(box.get(REMOTE))
+    assert len(emulator.journal_for("files.download")) - before == 25
+
+
+# -- a host that was never up is a mistake, not an outage -------------------------------
+
+
+async def test_a_console_that_never_answered_fails_after_the_policys_attempts(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Nothing listens on the base URL's port: the call fails after the policy's 5
+    requests (backoffs only, no wait for a host), with a message that says what to check;
+    no circuit opens and no 'waiting for it' warning is given."""
+    sent: list[object] = []
+    slept: list[float] = []
+    base_url = f"http://127.0.0.1:{refused_port()}"
+    async with sandboxkit.Client(api_key="k", base_url=base_url, on_request=sent.append) as client:
+
+        async def sleep(delay: float) -> None:
+            slept.append(delay)
+
+        client._calls.sleep = sleep
+        with pytest.raises(sandboxkit.APIConnectionError) as caught:
+            await client.v1.get_organization("00000000-0000-0000-0000-000000000000")
+        assert client._calls.transport.circuits.get(base_url) is None
+    assert type(caught.value) is sandboxkit.APIConnectionError
+    message = str(caught.value)
+    assert f"{base_url} has not answered this client yet" in message
+    assert "check the base URL" in message and "port" in message and "proxy" in message
+    assert len(sent) == 5 and len(slept) == 4  # the policy's attempts and backoffs
+    assert not [r for r in caplog.records if "waiting up to" in r.getMessage()]
+
+
+async def test_a_call_that_starts_waiting_for_a_host_says_so_once(
+    emulator: Emulator, caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    """Three calls wait for a host that answered before and went down: one WARNING says a
+    call waits, for how long at most; the host coming back is said once too."""
+    from .test_outages import VirtualTime, on_virtual_time
+
+    time = VirtualTime()
+    async with emulator.client(retry=sandboxkit.RetryPolicy(max_stall=10.0)) as client:
+        on_virtual_time(client, time)
+        box = await new_box(emulator, client)
+        box.put(REMOTE, payload(10_000, seed=4))
+        client._calls.transport.circuits.heard_from(box.handle.origin)
+        stack = contextlib.AsyncExitStack()
+        await stack.enter_async_context(emulator.outage(shape="close"))
+        time.at(1.0, stack.aclose)
+        await asyncio.gather(*(box.files.download(REMOTE, tmp_path / f"{i}.bin") for i in range(3)))
+    waiting = [r for r in caplog.records if "waiting up to" in r.getMessage()]
+    assert [r.levelname for r in waiting] == ["WARNING"]
+    assert f"{box.handle.origin} is down; waiting up to 10s" in waiting[0].getMessage()
+    back = [r for r in caplog.records if "answers again" in r.getMessage()]
+    assert len(back) == 1
+
+
+# -- the emulator's outage shapes themselves -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("shape", "answer"),
+    [
+        ("close", b""),
+        ("head", b"HTTP/1.1 200 OK\r\n"),
+    ],
+)
+async def test_the_emulators_outage_shapes_close_what_they_read(
+    emulator: Emulator, shape: str, answer: bytes
+) -> None:
+    """``close``: the request is read, recorded and its connection closed with no answer
+    (a clean close, not a reset); ``head``: an answer's head declaring a body, then the
+    close. Neither reaches the journal."""
+    port = int(emulator.domain.rsplit(":", 1)[1])
+    async with emulator.outage(shape=shape) as down:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /files?path=/x HTTP/1.1\r\nHost: sbx-1.sandbox.test\r\n\r\n")
+        received = await asyncio.wait_for(reader.read(), 10.0)  # bounds a hang; no wait
+        writer.close()
+        await writer.wait_closed()
+    assert received.startswith(answer)
+    if shape == "head":
+        head, _, body = received.partition(b"\r\n\r\n")
+        assert b"Content-Length: 1048576" in head and body == b""
+    else:
+        assert received == b""
+    assert [(r.server, r.target) for r in down.requests] == [("data", "/files?path=/x")]
+    assert emulator.journal == []
+    with pytest.raises(ValueError, match="shape"):
+        async with emulator.outage(shape="melt"):
+            pass
+
+
+async def test_a_proxys_502_for_a_host_never_reached_is_named_as_the_proxys() -> None:
+    """Through a proxy that answers 502 (it cannot reach the host): the call fails after
+    the policy's 5 requests, not after `max_stall`, and the message names the proxy."""
+    proxy = RawServer()
+    proxy.always(http_answer(502, b"upstream unreachable", {"Connection": "close"}))
+    await proxy.start()
+    slept: list[float] = []
+
+    async def sleep(delay: float) -> None:
+        slept.append(delay)
+
+    try:
+        async with sandboxkit.Client(
+            api_key="k",
+            base_url="http://console.unreachable.test:8080",
+            proxy=f"http://user:secret@127.0.0.1:{proxy.port}",
+        ) as client:
+            client._calls.sleep = sleep
+            with pytest.raises(sandboxkit.BadGatewayError) as caught:
+                await client.v1.get_organization("00000000-0000-0000-0000-000000000000")
+    finally:
+        await proxy.stop()
+    assert len(proxy.heads) == 5 and len(slept) == 4
+    message = str(caught.value)
+    assert f"the 502 likely comes from the proxy http://127.0.0.1:{proxy.port}," in message
+    assert "http://console.unreachable.test:8080 has not answered this client yet" in message
+    assert "secret" not in message
