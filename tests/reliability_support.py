@@ -175,30 +175,17 @@ def http_answer(
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
 
 
-class RawServer:
-    """A loopback HTTP/1.1 server that writes scripted raw bytes, framing lies included.
-
-    Each request (head, plus a body by its Content-Length) gets the next scripted answer as
-    is; `(answer, True)` closes the connection after it, `(answer, False)` keeps it open. An
-    unscripted request gets the `always` answer (a 404 unless set). `heads` holds every
-    request head received.
-    """
+class LoopbackServer:
+    """A server of raw bytes on 127.0.0.1: `start`, `stop` (closing every connection it
+    holds in `_writers`) and `port`; a subclass writes `_serve`."""
 
     def __init__(self) -> None:
-        self.heads: list[bytes] = []
-        self._script: list[tuple[bytes, bool]] = []
-        self._default = (http_answer(404), True)
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self.port = 0
 
-    def on(self, answer: bytes, *, close: bool = True) -> None:
-        """Answer the next request with `answer`."""
-        self._script.append((answer, close))
-
-    def always(self, answer: bytes, *, close: bool = True) -> None:
-        """Answer every request not covered by `on` with `answer`."""
-        self._default = (answer, close)
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
@@ -210,6 +197,30 @@ class RawServer:
         for writer in list(self._writers):
             writer.close()
         await self._server.wait_closed()
+
+
+class RawServer(LoopbackServer):
+    """A loopback HTTP/1.1 server that writes scripted raw bytes, framing lies included.
+
+    Each request (head, plus a body by its Content-Length) gets the next scripted answer as
+    is; `(answer, True)` closes the connection after it, `(answer, False)` keeps it open. An
+    unscripted request gets the `always` answer (a 404 unless set). `heads` holds every
+    request head received.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.heads: list[bytes] = []
+        self._script: list[tuple[bytes, bool]] = []
+        self._default = (http_answer(404), True)
+
+    def on(self, answer: bytes, *, close: bool = True) -> None:
+        """Answer the next request with `answer`."""
+        self._script.append((answer, close))
+
+    def always(self, answer: bytes, *, close: bool = True) -> None:
+        """Answer every request not covered by `on` with `answer`."""
+        self._default = (answer, close)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._writers.add(writer)

@@ -31,12 +31,12 @@ from sandboxkit._bodies import RING_MIN_BODY
 
 from .conftest import hostile_client
 from .files_support import payload
-from .reliability_support import HAS_PROC, close_and_check, http_answer, settle
+from .reliability_support import HAS_PROC, LoopbackServer, close_and_check, http_answer, settle
 
 LIMIT = 10.0  # seconds any one test may take
 
 
-class StrayServer:
+class StrayServer(LoopbackServer):
     """A loopback HTTP/1.1 server that keeps its connections open and answers each request
     with `answers[name]` for the first name its request line holds. After the very first
     answer it writes `stray`: in the same write (`later=False`), or once the test sets
@@ -45,6 +45,7 @@ class StrayServer:
     name) per request."""
 
     def __init__(self, answers: dict[str, bytes], stray: bytes, *, later: bool) -> None:
+        super().__init__()
         self._answers = answers
         self._stray = stray
         self._later = later
@@ -52,20 +53,6 @@ class StrayServer:
         self.stray_written = asyncio.Event()
         self.journal: list[tuple[int, str]] = []
         self.connections = 0
-        self._server: asyncio.Server | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
-        self.port = 0
-
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-
-    async def stop(self) -> None:
-        assert self._server is not None
-        self._server.close()
-        for writer in list(self._writers):
-            writer.close()
-        await self._server.wait_closed()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
