@@ -40,6 +40,7 @@ __all__ = ["Calls", "decode_reply"]
 
 T = TypeVar("T")
 logger = logging.getLogger("sandboxkit")
+hosts_logger = logging.getLogger("sandboxkit.hosts")  # see _circuits: host state, not retries
 _NEVER_ANSWERED = "has not answered this client yet"
 
 
@@ -289,7 +290,7 @@ class Calls:
             if admission.go:
                 return admission.probe
             if circuits.first_wait(host):
-                logger.warning(
+                hosts_logger.warning(
                     "%s: %s is down; waiting up to %s for it to answer again "
                     "(RetryPolicy.max_stall), probing it every %.2fs or less",
                     operation,

@@ -24,7 +24,9 @@ from .errors import SandboxKitError
 
 __all__ = ["Circuits"]
 
-logger = logging.getLogger("sandboxkit")
+# A child of "sandboxkit": a host going down, being waited for and answering again are what
+# explain a long silence, so a program (the CLI) may show these alone on screen.
+logger = logging.getLogger("sandboxkit.hosts")
 
 # Hosts that failed now and then but never went down are forgotten past this many, so a
 # batch over thousands of short-lived sandboxes keeps no record of each.
@@ -120,8 +122,12 @@ class Circuits:
             if len(self._circuits) >= _KEPT:
                 self._forget_closed()
             circuit = self._circuits[origin] = Circuit()
+        was_closed = circuit.closed
         if circuit.on_outage(self.clock(), description):
-            logger.warning(
+            # Said at WARNING when the host goes down; each failed probe after that only at
+            # DEBUG: a long outage would otherwise print a line a probe.
+            logger.log(
+                logging.WARNING if was_closed else logging.DEBUG,
                 "%s looks down (%d failures in a row, last: %s); calls wait, probing it "
                 "again in %.2fs",
                 origin,

@@ -335,9 +335,11 @@ async def loop_reports() -> AsyncIterator[list[dict[str, Any]]]:
 
 @pytest.fixture(autouse=True)
 def log_level_restored() -> Iterator[None]:
-    """Each test starts with the `sandboxkit` logger's level as the suite found it: the CLI's
-    `--debug`, run in-process by CliRunner, sets it to DEBUG for the whole process."""
+    """Each test starts with the `sandboxkit` loggers as the suite found them: the CLI, run
+    in-process by CliRunner, sets the level to DEBUG (`--debug`) or adds a handler."""
     logger = logging.getLogger("sandboxkit")
-    level = logger.level
+    hosts = logging.getLogger("sandboxkit.hosts")
+    level, handlers = logger.level, list(hosts.handlers)
     yield
     logger.setLevel(level)
+    hosts.handlers[:] = handlers  # the CLI's screen line for host warnings, added by CliRunner

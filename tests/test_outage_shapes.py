@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 from collections.abc import AsyncIterator, Coroutine
 from pathlib import Path
@@ -324,6 +325,55 @@ async def test_a_call_that_starts_waiting_for_a_host_says_so_once(
     assert f"{box.handle.origin} is down; waiting up to 10s" in waiting[0].getMessage()
     back = [r for r in caplog.records if "answers again" in r.getMessage()]
     assert len(back) == 1
+
+
+async def test_the_cli_shows_a_host_wait_on_screen_but_not_each_retry(
+    emulator: Emulator, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """With the CLI's logging (no --debug), the host's state lines reach stderr as
+    `warning: ...`, each once; the retry lines around them do not; installed twice (two
+    commands in one process), they still show once."""
+    from sandboxkit.cli._app import _configure_logging
+
+    from .test_outages import VirtualTime, on_virtual_time
+
+    _configure_logging(debug=False)
+    _configure_logging(debug=False)  # the conftest fixture takes the handler away after
+    time = VirtualTime()
+    async with emulator.client(retry=sandboxkit.RetryPolicy(max_stall=10.0)) as client:
+        on_virtual_time(client, time)
+        box = await new_box(emulator, client)
+        box.put(REMOTE, payload(10_000, seed=5))
+        await box.files.read_bytes(REMOTE)  # the host answered: from now on it is waited for
+        stack = contextlib.AsyncExitStack()
+        await stack.enter_async_context(emulator.outage(shape="close"))
+        time.at(1.0, stack.aclose)
+        await box.files.download(REMOTE, tmp_path / "data.bin")
+    lines = capsys.readouterr().err.splitlines()
+    assert all(line.startswith("warning: ") for line in lines), lines
+    assert [line for line in lines if "is down; waiting up to 10s" in line] == [lines[1]]
+    assert "looks down" in lines[0] and "answers again" in lines[-1] and len(lines) == 3
+    assert not [line for line in lines if "retrying" in line]
+
+
+def test_every_cli_command_but_debug_ones_installs_the_screen_line_once() -> None:
+    """The CLI's group sets the screen line up for every command, once however many
+    commands run in one process; --debug shows every record its own way instead."""
+    from click.testing import CliRunner
+
+    from sandboxkit.cli import cli
+    from sandboxkit.cli._app import HostWarnings
+
+    hosts = logging.getLogger("sandboxkit.hosts")
+
+    def installed() -> int:
+        return sum(isinstance(handler, HostWarnings) for handler in hosts.handlers)
+
+    for _ in range(2):
+        assert CliRunner().invoke(cli, ["files", "download", "--help"]).exit_code == 0
+        assert installed() == 1
+    assert CliRunner().invoke(cli, ["--debug", "files", "download", "--help"]).exit_code == 0
+    assert installed() == 0
 
 
 # -- the emulator's outage shapes themselves -------------------------------------------

@@ -27,6 +27,7 @@ __all__ = [
     "EXIT_INPUT",
     "EXIT_INTERRUPTED",
     "EXIT_TERMINATED",
+    "HostWarnings",
     "Settings",
     "cli",
     "describe",
@@ -346,13 +347,35 @@ def cli(
     ctx.obj = Settings(api_key=api_key, base_url=base_url, ca_file=ca_file, debug=debug)
 
 
+class HostWarnings(logging.Handler):
+    """Shows `sandboxkit.hosts` warnings (a host down, a call waiting for it, the host back)
+    as `warning: ...` lines on stderr: without them a wait for a host that went down looks
+    like a hang. Retries are not shown: a transfer's bar already counts down its retry."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            # sys.stderr at the time of the record: rich swaps it while a bar is drawn, so the
+            # line lands above the bar instead of through it.
+            print(f"warning: {record.getMessage()}", file=sys.stderr, flush=True)
+        except Exception:  # pragma: no cover - a closed stderr must not fail the call
+            self.handleError(record)
+
+
 def _configure_logging(debug: bool) -> None:
     # The `sandboxkit` logger has a NullHandler, so retries stay off stderr unless asked:
     # --debug shows them and the DEBUG line of every request and answer (allowlisted
-    # headers only, never a token).
+    # headers only, never a token). A host's state is shown either way (HostWarnings).
+    hosts = logging.getLogger("sandboxkit.hosts")
+    for handler in [h for h in hosts.handlers if isinstance(h, HostWarnings)]:
+        hosts.removeHandler(handler)  # CliRunner runs many commands in one process
     if debug:
         logging.basicConfig(format="%(levelname)s %(name)s: %(message)s")
         logging.getLogger("sandboxkit").setLevel(logging.DEBUG)
+    else:
+        hosts.addHandler(HostWarnings())
 
 
 def main() -> None:

@@ -23,7 +23,7 @@ from rich.text import Text
 import sandboxkit
 from sandboxkit.emulator import Emulator, Fault, Idc
 
-from ._app import Settings, describe
+from ._app import HostWarnings, Settings, describe
 from ._commands import log_line
 from ._demo_transfer import transfer_step
 
@@ -62,11 +62,19 @@ class _RetryEcho(logging.Handler):
 def _echo_retries(console: Console) -> Iterator[None]:
     logger = logging.getLogger("sandboxkit")
     handler = _RetryEcho(console)
+    # The echo shows host warnings too (they propagate to it): the CLI's own screen line
+    # for them steps aside meanwhile, or each would show twice.
+    hosts = logging.getLogger("sandboxkit.hosts")
+    shown = [h for h in hosts.handlers if isinstance(h, HostWarnings)]
+    for each in shown:
+        hosts.removeHandler(each)
     logger.addHandler(handler)
     try:
         yield
     finally:
         logger.removeHandler(handler)
+        for each in shown:
+            hosts.addHandler(each)
 
 
 class Demo:
