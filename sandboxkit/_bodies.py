@@ -1,12 +1,12 @@
-"""Bodies over aiohttp: answers read as they arrive (decoded if a proxy coded them), and the
-one-part multipart form an upload sends. Errors stay sandboxkit's (`_translate`)."""
+"""Answers over aiohttp, their bodies read as they arrive (decoded if a proxy coded them);
+an upload's body is `_forms`. Errors stay sandboxkit's (`_translate`)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncGenerator, AsyncIterable, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -20,6 +20,7 @@ from ._answers import (
     decipher,
     error_for,
 )
+from ._links import LinkInfo, link_info
 from ._protocol import CONTENT_ENCODING
 from ._ring import RingReader, Watchdog
 from ._translate import mapped, translate
@@ -37,7 +38,6 @@ __all__ = [
     "RING_MIN_BODY",
     "LazyReadTimer",
     "StreamingResponse",
-    "multipart_file",
     "read_capped",
 ]
 
@@ -111,6 +111,12 @@ class StreamingResponse:
     def content_length(self) -> int | None:
         """The declared body length, if any (of the coded bytes when `coding` is set)."""
         return self._response.content_length
+
+    def link(self) -> LinkInfo:
+        """What the kernel says of this answer's connection (its RTT, a loopback peer)."""
+        connection = self._response.connection
+        transport = None if connection is None else connection.transport
+        return link_info(None if transport is None else transport.get_extra_info("socket"))
 
     def arrived_whole(self, size: int) -> bytes | None:
         """The whole body if it has all arrived already, is not coded and is at most `size`
@@ -411,40 +417,3 @@ def _quiet_read_timer(protocol: Any) -> None:
     drop = getattr(protocol, "_drop_timeout", None)
     if drop is not None:
         drop()
-
-
-_FORM_ESCAPES = {c: f"%{c:02X}" for c in [*range(0x20), 0x22, 0x7F]}
-
-
-class _StreamedPart(aiohttp.payload.AsyncIterablePayload):
-    """A part streamed from an async iterable whose length may be known up front.
-
-    With the length known the multipart writer can compute the whole body's size, so the
-    request goes out with a `Content-Length` instead of chunked framing.
-    """
-
-    def __init__(self, chunks: AsyncIterable[bytes], size: int | None) -> None:
-        super().__init__(chunks, content_type="application/octet-stream")
-        self._size = size
-
-
-def multipart_file(filename: str, chunks: AsyncIterable[bytes], size: int | None) -> Any:
-    """A `multipart/form-data` body holding exactly one part, `file`, streamed from `chunks`.
-
-    Nothing is buffered: each chunk is written as the connection takes it. Pass the result as
-    `open_stream(data=...)`; it is good for one request only (the chunks are consumed).
-
-    Args:
-        filename: the part's file name (the remote path's base name).
-        chunks: the file's bytes; must yield exactly `size` bytes when `size` is given.
-        size: the byte count when known (sent as `Content-Length`), else None (chunked).
-    """
-    part = _StreamedPart(chunks, size)
-    # The file name is written the way browsers and urllib3 do (WHATWG form encoding): raw
-    # UTF-8 with only quotes and control characters percent-escaped. aiohttp's own helper
-    # percent-encodes every non-token byte, which servers other than aiohttp do not undo.
-    escaped = filename.translate(_FORM_ESCAPES)
-    part.headers[aiohttp.hdrs.CONTENT_DISPOSITION] = f'form-data; name="file"; filename="{escaped}"'
-    writer = aiohttp.MultipartWriter("form-data")
-    writer.append_payload(part)
-    return writer

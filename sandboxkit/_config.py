@@ -217,8 +217,8 @@ class ParallelDownloads:
     """When `files.download` fetches one file over several connections at once.
 
     A file of at least `threshold` bytes, on a data center that has shown
-    `Accept-Ranges: bytes` and is far enough away (its first answer took `min_latency` or
-    more to arrive), is fetched as `Range` slices on up to `parts` connections of its
+    `Accept-Ranges: bytes` and is far enough away (a round trip of `min_latency` or more),
+    is fetched as `Range` slices on up to `parts` connections of its
     sandbox host's own pool (so within `Limits.per_host_connections` and the host's 429
     window), written in place; each slice resumes on its own after a cut. Over a long link
     a single TCP stream is capped by its window over the round trip; several reach the
@@ -233,8 +233,11 @@ class ParallelDownloads:
         parts: connections per file, 1 or more; 1 never splits. The default, 8, is the
             default `Limits.per_host_connections`: one large file may use the whole host
             window, and other requests to that host wait for a slice to end.
-        min_latency: seconds from the first GET to its answer's head (a round trip or
-            more) below which a file is not split; 0 splits whatever the distance.
+        min_latency: the round-trip time, in seconds, below which a file is not split; 0
+            splits whatever the distance. It is the kernel's smoothed RTT of the first
+            GET's connection (Linux `TCP_INFO`), so a nearby server slow to start answering
+            is not taken for a far one; a loopback host is never split. Through a proxy, or
+            where the platform tells no RTT, the time the first answer's head took is used.
     """
 
     threshold: int = attrs.field(default=64 << 20, validator=at_least(1))

@@ -27,6 +27,7 @@ from ._resume import Action, Decision, ResponseInfo, Validators
 __all__ = [
     "RANGES_IGNORED",
     "Span",
+    "far_enough",
     "judge_slice",
     "merge",
     "missing",
@@ -40,6 +41,28 @@ __all__ = [
 RANGES_IGNORED = "the host answered a Range with the whole file (Range stripped on the way)"
 
 Span = tuple[int, int]  # [start, end): half-open byte range
+
+
+def far_enough(
+    min_latency: float, rtt: float | None, loopback: bool, head_seconds: float, proxied: bool
+) -> bool:
+    """Whether a download's link is long enough for slices to pay (`min_latency` seconds of
+    round trip or more; 0 splits whatever the link).
+
+    The kernel's smoothed RTT of the connection decides where there is one; a loopback peer
+    never splits. Through a proxy the connection's socket reaches the proxy, not the host,
+    so neither says anything of the host's link: there, and where the platform tells no
+    RTT, the time the answer's head took decides (server time included, so it may split a
+    slow nearby server: a fallback, not the rule).
+    """
+    if min_latency <= 0:
+        return True
+    if not proxied:
+        if loopback:
+            return False
+        if rtt is not None:
+            return rtt >= min_latency
+    return head_seconds >= min_latency
 
 
 def merge(spans: Iterable[Span]) -> list[Span]:

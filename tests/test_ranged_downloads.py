@@ -493,6 +493,44 @@ async def test_a_nearby_data_center_gets_one_stream(emulator: Emulator, tmp_path
     assert result.sha256 == sha(data) and ranges(emulator) == [None]
 
 
+async def test_a_slow_server_on_loopback_gets_one_stream(emulator: Emulator, tmp_path: Path) -> None:
+    """A loopback server slow to start answering is not a long link: the kernel's RTT of
+    the connection decides, not the head's time, so the file comes as one stream (the
+    head's time alone used to split it into slices that only cost CPU)."""
+    data = payload(3 * MiB, seed=19)
+    parallel = sandboxkit.ParallelDownloads(threshold=THRESHOLD, parts=PARTS, min_latency=0.01)
+    async with split_client(emulator, parallel_downloads=parallel) as client:
+        box = await new_box(emulator, client)
+        box.put(REMOTE, data)
+        emulator.faults.script("files.download", Fault.delay(0.05))
+        result = await box.files.download(REMOTE, tmp_path / "big.bin")
+    assert emulator.faults.injected["delay"] == 1
+    assert result.sha256 == sha(data) and ranges(emulator) == [None]
+
+
+def test_link_info_reads_the_kernels_rtt_of_a_loopback_connection() -> None:
+    """A connected loopback TCP socket tells a small RTT and a loopback peer; what is not a
+    TCP socket tells nothing, and never raises."""
+    import socket
+
+    from sandboxkit._links import UNKNOWN, link_info
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(listener.getsockname())
+    server, _ = listener.accept()
+    pair = socket.socketpair()
+    try:
+        info = link_info(client)
+        assert info.loopback is True
+        if hasattr(socket, "TCP_INFO"):
+            assert info.rtt is not None and 0 < info.rtt < 0.01
+        assert link_info(None) is UNKNOWN and link_info(pair[0]) is UNKNOWN
+        assert link_info(object()) is UNKNOWN
+    finally:
+        for each in (listener, client, server, *pair):
+            each.close()
+
+
 async def test_a_prefix_part_is_continued_on_one_stream(
     emulator: Emulator, split_box: Box, tmp_path: Path
 ) -> None:

@@ -10,6 +10,7 @@ import pytest
 from sandboxkit._resume import Action, ResponseInfo, Validators
 from sandboxkit._slices import (
     RANGES_IGNORED,
+    far_enough,
     judge_slice,
     merge,
     missing,
@@ -155,3 +156,33 @@ def test_judge_slice_compares_the_version(
     assert decision.action is action, decision.reason
     if action is Action.RETRY:
         assert "changed" in decision.reason
+
+
+@pytest.mark.parametrize(
+    ("min_latency", "rtt", "loopback", "head_seconds", "proxied", "split"),
+    [
+        (0.0, None, True, 0.0, False, True),  # 0: split whatever the link
+        (0.01, 0.00003, True, 0.5, False, False),  # loopback, a slow server: one stream
+        (0.01, None, True, 0.5, False, False),  # loopback without TCP_INFO: one stream
+        (0.01, 0.002, False, 0.5, False, False),  # a short link, a slow server: one stream
+        (0.01, 0.04, False, 0.041, False, True),  # a long link
+        (0.01, 0.04, False, 0.0, False, True),  # the RTT decides, not the head's time
+        (0.01, 0.0099, False, 1.0, False, False),  # just under the threshold
+        (0.01, 0.01, False, 0.0, False, True),  # at it
+        (0.01, None, False, 0.02, False, True),  # no RTT known: the head's time
+        (0.01, None, False, 0.005, False, False),
+        (0.01, 0.0001, True, 0.05, True, True),  # a proxy here: its socket says nothing
+        (0.01, 0.0001, True, 0.001, True, False),
+    ],
+)
+def test_far_enough_trusts_the_kernels_rtt_over_the_heads_time(
+    min_latency: float,
+    rtt: float | None,
+    loopback: bool,
+    head_seconds: float,
+    proxied: bool,
+    split: bool,
+) -> None:
+    """The link's own round trip decides whether slices pay; a loopback peer never splits;
+    the head's time (server time included) decides only through a proxy or with no RTT."""
+    assert far_enough(min_latency, rtt, loopback, head_seconds, proxied) is split

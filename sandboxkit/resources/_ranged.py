@@ -1,8 +1,9 @@
 """Parallel ranged downloads (DESIGN section 6, item 9): one file on several connections.
 
 The first GET has no Range (6.1). When its answer shows `Accept-Ranges: bytes`, a size of
-at least `ParallelDownloads.threshold`, and took `min_latency` or more to come (a long
-link: a short one is as fast on one stream), the file is cut into pieces in file order
+at least `ParallelDownloads.threshold`, and came over a link whose round trip is
+`min_latency` or more (`_slices.far_enough`: the kernel's RTT of the connection; a short
+link is as fast on one stream), the file is cut into pieces in file order
 (`_slices.split`, a few per connection). The first GET's body is the first piece: it is
 read up to the piece's end, then its connection is dropped. The other pieces are a work
 queue for `parts - 1` more connections, and the first one's once its piece is done. Each
@@ -32,7 +33,7 @@ import contextlib
 import hashlib
 import logging
 from collections import deque
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -42,10 +43,11 @@ import attrs
 from .._bodies import StreamingResponse
 from .._cancel import raise_held, wait_through_cancels
 from .._config import ParallelDownloads, Timeout
+from .._links import UNKNOWN, LinkInfo
 from .._protocol import FILES_PATH, range_headers
 from .._resume import Action, ResumeState, Validators
 from .._retry import TryAgain
-from .._slices import Span, judge_slice, missing, split
+from .._slices import Span, far_enough, judge_slice, missing, split
 from ..errors import APITimeoutError, ResponseDecodeError, SandboxKitError, ValidationError
 from ..models import DownloadResult
 from ._download import OPERATION, Request, _part_of, continue_part, fetch, let_go, response_info
@@ -110,14 +112,25 @@ class _Switch:
 
 @attrs.frozen
 class _TimedPlane(DataPlane):
-    """The host's plane, noting when its latest request was sent: how long the answer's
-    head took (a round trip or more; retry waits excluded) tells a long link."""
+    """The host's plane, noting of its latest request when it was sent and what the kernel
+    says of its connection's link (`_slices.far_enough` judges them)."""
 
     sent: list[float] = attrs.field(factory=lambda: [0.0])
+    link: list[LinkInfo] = attrs.field(factory=lambda: [UNKNOWN])
 
-    def open(self, *args: Any, **kwargs: Any) -> AbstractAsyncContextManager[StreamingResponse]:
+    @contextlib.asynccontextmanager
+    async def open(self, *args: Any, **kwargs: Any) -> AsyncIterator[StreamingResponse]:
         self.sent[0] = self.calls.clock()
-        return super().open(*args, **kwargs)
+        # Not super(): attrs remakes the slotted class, which a decorated method's super() misses.
+        async with DataPlane.open(self, *args, **kwargs) as response:
+            self.link[0] = response.link()
+            yield response
+
+    def far_enough(self, min_latency: float) -> bool:
+        """Whether the latest answer's link is long enough to split its download."""
+        link, head_seconds = self.link[0], self.calls.clock() - self.sent[0]
+        proxied = self.calls.transport.proxies.for_origin(self.host.origin) is not None
+        return far_enough(min_latency, link.rtt, link.loopback, head_seconds, proxied)
 
 
 @attrs.define
@@ -230,7 +243,6 @@ class _Run:
         switch = _Switch(self.sink)
         plane = self.request.plane
         timed = _TimedPlane(plane.calls, plane.host)
-        clock = plane.calls.clock
 
         def on_stream(now: ResumeState) -> int | None:
             if self._stop is not None:
@@ -243,7 +255,7 @@ class _Run:
                 and total is not None
                 and total >= self.parallel.threshold
                 # A short path: one stream is as fast, slices would only cost CPU.
-                and clock() - timed.sent[0] >= self.parallel.min_latency
+                and timed.far_enough(self.parallel.min_latency)
             ):
                 pieces = self._plan([(0, total)], self.parallel.parts)
                 if len(pieces) > 1:

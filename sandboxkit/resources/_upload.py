@@ -23,10 +23,10 @@ import attrs
 
 from .. import _operations as ops
 from .._answers import Reply
-from .._bodies import multipart_file
 from .._cancel import raise_held, wait_through_cancels
 from .._config import CallOptions, Timeout
 from .._convert import structure
+from .._forms import multipart_file
 from .._protocol import FILES_PATH, is_idempotent
 from .._retry import is_retryable
 from ..errors import (
