@@ -3,11 +3,14 @@ operation's watch (`_telemetry`: its span, and the retry hook before each wait).
 
 Every resource goes through `Calls.run` (control plane through `Calls.send`), so the retry
 rules of DESIGN section 5 exist exactly once. The decisions come from the pure `_retry`
-module; this module only waits and loops.
+module; this module only waits and loops. `Calls.send` also picks each request's API key:
+the one given, or the api_key function's answer, asked per request (and after a 401).
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
 import random
 import time
@@ -18,7 +21,15 @@ import anyio
 import attrs
 
 from ._answers import Reply
-from ._config import NO_OPTIONS, CallOptions, RetryPolicy, Timeout
+from ._config import (
+    NO_OPTIONS,
+    Bearer,
+    CallOptions,
+    KeyFunction,
+    RetryPolicy,
+    Timeout,
+    bearer_of,
+)
 from ._convert import structure
 from ._protocol import ApiRequest
 from ._proxies import redacted
@@ -29,11 +40,13 @@ from .errors import (
     APIConnectionError,
     APIError,
     APITimeoutError,
+    AuthenticationError,
     HostUnavailableError,
     RemoteProtocolError,
     ResponseDecodeError,
     SandboxKitError,
     TransportError,
+    ValidationError,
 )
 
 __all__ = ["Calls", "decode_reply"]
@@ -63,6 +76,7 @@ class Calls:
     transport: Transport
     policy: RetryPolicy
     timeout: Timeout
+    api_key: Bearer | KeyFunction = attrs.field(repr=False, kw_only=True)  # neither shows it
     budget: RetryBudget = attrs.field(factory=RetryBudget)
     sleep: Callable[[float], Awaitable[None]] = anyio.sleep
     clock: Callable[[], float] = time.monotonic
@@ -339,13 +353,55 @@ class Calls:
 
     async def send(self, request: ApiRequest, options: CallOptions = NO_OPTIONS) -> Reply:
         """Send a control-plane request with retries; returns the deciphered success."""
+        key = self.api_key if request.authenticated else None
+        if key is None or isinstance(key, Bearer):
+            attempt = functools.partial(self.transport.send, request, bearer=key)
+        else:
+            attempt = functools.partial(self._send_asking, request, key)
         return await self.run(
             request.operation,
-            lambda timeout: self.transport.send(request, timeout),
+            attempt,
             idempotent=request.idempotent,
             options=options,
             host=self.transport.base_url,
         )
+
+    async def _send_asking(
+        self, request: ApiRequest, function: KeyFunction, timeout: Timeout
+    ) -> Reply:
+        """One attempt with a key function: it is asked for the key, and after a 401 asked
+        again, the request sent once more with a new key (a second 401 is the answer)."""
+        first = await _ask(function)
+        try:
+            return await self.transport.send(request, timeout, first)
+        except AuthenticationError:
+            again = await _ask(function)
+            if again == first:  # the same key would be refused the same way
+                raise
+        # A 401 says the service refused the request before doing anything: sending it once
+        # more is safe even for a POST with no idempotency key. Nor is it a retry: the key
+        # had changed, not the service's state, so it costs no attempt and no budget.
+        return await self.transport.send(request, timeout, again)
+
+
+async def _ask(source: KeyFunction) -> Bearer:
+    """The function's current key (awaited if it is async), checked as a str key is.
+
+    Called on every request without a lock: a function that refreshes a token caches it.
+    """
+    try:
+        returned = source.function()
+        if inspect.isawaitable(returned):
+            returned = await returned
+    except Exception as exc:  # the caller's code: whatever it raises, chained for them
+        raise ValidationError(
+            f"the api_key function raised {type(exc).__name__} (chained as the cause), so "
+            "there was no key to send the request with"
+        ) from exc
+    try:
+        return bearer_of(returned, "the key the api_key function returned")
+    finally:
+        del returned  # a key refused as malformed stays out of this frame's locals too
 
 
 def _is_outage(failure: SandboxKitError | TryAgain) -> bool:

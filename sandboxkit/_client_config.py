@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import pickle
 import ssl as ssl_module
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from ._config import (
     ParallelDownloads,
     RetryPolicy,
     Timeout,
+    check_key_function,
     resolve_data_plane_scheme,
 )
 from ._events import RequestEvent, ResponseEvent, RetryEvent
@@ -94,6 +95,27 @@ def _hook(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
     check_hook(f"ClientConfig.{attribute.name}", value)
 
 
+def _check_api_key(_: object, __: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and not isinstance(value, str):
+        check_key_function(value, "ClientConfig.api_key")
+
+
+def _unpicklable(name: str, value: object, exc: Exception) -> ValidationError:
+    if name == "api_key":  # a function: the pickle error could show what it holds
+        function = getattr(value, "__qualname__", type(value).__name__)
+        return ValidationError(
+            f"ClientConfig.api_key: the function {function} does not pickle "
+            f"({type(exc).__name__}), and worker processes need it: pass a module-level "
+            "function (it pickles by reference) or a functools.partial of one, not a lambda "
+            "or a nested function"
+        )
+    return ValidationError(
+        f"ClientConfig.{name} does not pickle ({type(exc).__name__}: {exc}); worker "
+        "processes need it: use a module-level function or class, or a functools.partial "
+        "of one"
+    )
+
+
 def _optional_text(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if value is not None and not isinstance(value, str):
         raise ValidationError(f"ClientConfig.{attribute.name} must be a string or None")
@@ -104,8 +126,10 @@ class ClientConfig:
     """Every `Client` option as a frozen, picklable value; build clients with `Client.from_config`.
 
     Args:
-        api_key: as for Client; None reads `SANDBOXKIT_API_KEY` where the Client is built
-            (use `from_env()` to capture it now, on the driver). Never shown in `repr`.
+        api_key: as for Client (a key, or a function returning the current one: a
+            module-level one, which pickles by reference); None reads `SANDBOXKIT_API_KEY`
+            where the Client is built (use `from_env()` to capture it now, on the driver).
+            Never shown in `repr`.
         base_url: as for Client; None reads `SANDBOXKIT_BASE_URL` where the Client is built.
         data_plane_scheme: as for Client; None reads `SANDBOXKIT_DATA_PLANE_SCHEME` where the
             Client is built (else "https").
@@ -134,7 +158,9 @@ class ClientConfig:
             ...
     """
 
-    api_key: str | None = attrs.field(default=None, repr=False, validator=_optional_text)
+    api_key: str | Callable[[], str] | Callable[[], Awaitable[str]] | None = attrs.field(
+        default=None, repr=False, validator=_check_api_key
+    )
     base_url: str | None = attrs.field(default=None, validator=_optional_text)
     timeout: Timeout = attrs.field(factory=Timeout, validator=_check_type(Timeout))
     retry: RetryPolicy = attrs.field(factory=RetryPolicy, validator=_check_type(RetryPolicy))
@@ -162,11 +188,7 @@ class ClientConfig:
             try:
                 pickle.dumps(getattr(self, field.name))
             except Exception as exc:  # pickle raises PicklingError, AttributeError, TypeError
-                raise ValidationError(
-                    f"ClientConfig.{field.name} does not pickle ({type(exc).__name__}: {exc}); "
-                    "worker processes need it: use a module-level function or class, or a "
-                    "functools.partial of one"
-                ) from None
+                raise _unpicklable(field.name, getattr(self, field.name), exc) from None
 
     @classmethod
     def from_env(cls, **options: Any) -> ClientConfig:

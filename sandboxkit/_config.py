@@ -1,13 +1,16 @@
 """Option values: plain frozen attrs, passed down whole rather than as option blocks.
 
 `Timeout`, `Limits` and `RetryPolicy` are the client's; `CallOptions` carries one call's
-overrides of them. Validators raise `ValidationError` naming the field.
+overrides of them. Validators raise `ValidationError` naming the field. The API key is a
+`Bearer` (a key given) or a `KeyFunction` asked for the current key per request; neither
+shows what it holds, whichever repr or traceback frame it is found in.
 """
 
 from __future__ import annotations
 
+import inspect
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
@@ -20,12 +23,17 @@ __all__ = [
     "BASE_URL_ENV",
     "DATA_PLANE_SCHEME_ENV",
     "NO_OPTIONS",
+    "ApiKeyFunction",
+    "Bearer",
     "CallOptions",
+    "KeyFunction",
     "Limits",
     "ParallelDownloads",
     "RetryPolicy",
     "Timeout",
     "at_least",
+    "bearer_of",
+    "check_key_function",
     "resolve_api_key",
     "resolve_base_url",
     "resolve_data_plane_scheme",
@@ -37,14 +45,86 @@ BASE_URL_ENV = "SANDBOXKIT_BASE_URL"
 DATA_PLANE_SCHEME_ENV = "SANDBOXKIT_DATA_PLANE_SCHEME"
 
 
-def resolve_api_key(api_key: str | None) -> str:
-    """The API key given, else `$SANDBOXKIT_API_KEY`; ValidationError if neither is usable."""
+ApiKeyFunction = Callable[[], str] | Callable[[], Awaitable[str]]
+"""A function of no arguments returning the current API key (an async one is awaited)."""
+
+
+@attrs.frozen(repr=False)
+class Bearer:
+    """The console's `Authorization` value, `Bearer {key}`, in an object that shows nothing
+    of it: it is an argument of frames that a traceback with locals (Sentry) may show."""
+
+    header: str
+
+    def __repr__(self) -> str:
+        return "Bearer(<hidden>)"
+
+
+def bearer_of(value: object, source: str) -> Bearer:
+    """`value` as the console's credential, checked as a key given as a str is.
+
+    Args:
+        value: what was given (or what the api_key function returned).
+        source: what the message names it by ("api_key", or "the key the api_key
+            function returned").
+
+    Raises:
+        ValidationError: not a str, blank, or with a line break or NUL. The message never
+            shows the value.
+    """
+    if not isinstance(value, str):
+        problem = f"{source} is of type {type(value).__name__}, not str"
+    elif not value.strip():
+        problem = f"{source} is empty"
+    elif any(ch in value for ch in "\r\n\x00"):
+        problem = f"{source} must not contain line breaks or NUL"
+    else:
+        return Bearer(f"Bearer {value.strip()}")
+    del value  # not a local of the frame the error's traceback shows
+    raise ValidationError(problem)
+
+
+@attrs.frozen(repr=False)
+class KeyFunction:
+    """The api_key function, in an object that shows nothing of it: the repr of a partial or
+    a bound method may show a key held in its arguments or its object."""
+
+    function: ApiKeyFunction
+
+    def __repr__(self) -> str:
+        return "KeyFunction(<hidden>)"
+
+
+def check_key_function(value: object, source: str) -> None:
+    """ValidationError unless `value` is a function that can be called with no arguments."""
+    if not callable(value):
+        raise ValidationError(
+            f"{source} must be a str or a function of no arguments returning one, "
+            f"not {type(value).__name__}"
+        )
+    try:
+        inspect.signature(value).bind()
+    except TypeError:
+        raise ValidationError(f"{source}: the function must take no arguments") from None
+    except ValueError:  # no signature to read (some builtins): its first call tells
+        pass
+
+
+def resolve_api_key(api_key: str | ApiKeyFunction | None) -> Bearer | KeyFunction:
+    """The credential for the console: the key given, else `$SANDBOXKIT_API_KEY`, as a
+    `Bearer`; or the function given, asked for the current key per request.
+
+    Raises:
+        ValidationError: no usable key (blank, multi-line), or neither a str nor a function
+            of no arguments.
+    """
+    if api_key is not None and not isinstance(api_key, str):
+        check_key_function(api_key, "api_key")
+        return KeyFunction(api_key)
     value = api_key if api_key is not None else os.environ.get(API_KEY_ENV)
     if not value or not value.strip():
         raise ValidationError(f"no API key: pass api_key= or set {API_KEY_ENV}")
-    if any(ch in value for ch in "\r\n\x00"):
-        raise ValidationError("api_key must not contain line breaks or NUL")
-    return value.strip()
+    return bearer_of(value, "api_key")
 
 
 def resolve_base_url(base_url: str | None) -> str:

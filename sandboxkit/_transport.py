@@ -21,7 +21,7 @@ import aiohttp
 from ._answers import Reply, decipher
 from ._bodies import LazyReadTimer, StreamingResponse, read_capped
 from ._circuits import Circuits
-from ._config import Limits, Timeout
+from ._config import Bearer, Limits, Timeout
 from ._events import origin_of
 from ._forks import restart_in_child
 from ._localhost import LocalhostResolver
@@ -76,7 +76,6 @@ class Transport:
         self,
         *,
         base_url: str,
-        api_key: str,
         limits: Limits,
         ssl: SSLOption,
         resolver: aiohttp.abc.AbstractResolver | None,
@@ -84,7 +83,6 @@ class Transport:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.base_url = base_url
-        self._authorization = f"Bearer {api_key}"
         self.limits = limits
         self._ssl = ssl
         self.proxies = proxies if proxies is not None else ProxyRoutes()
@@ -175,8 +173,8 @@ class Transport:
         )
         return _uncounted_resends_off(session)
 
-    async def send(self, request: ApiRequest, timeout: Timeout) -> Reply:
-        """Send one control-plane request, read its whole answer, and decipher it.
+    async def send(self, request: ApiRequest, timeout: Timeout, bearer: Bearer | None) -> Reply:
+        """Send one control-plane request (with `bearer`), read its answer, and decipher it.
 
         Raises:
             APIError: the status's subclass; ResponseDecodeError: a 2xx that is not JSON
@@ -202,9 +200,9 @@ class Transport:
                 request.method,
                 url,
                 json=request.json,
-                # Built inline, never a local of this frame: tracebacks with locals (Sentry)
-                # must not find the API key here.
-                headers=self._headers(request, exchange),
+                # Built inline, the key held by a Bearer that hides it: tracebacks with
+                # locals (Sentry) must not find the API key in this frame.
+                headers=self._headers(request, exchange, bearer),
                 proxy_headers=self._tunnel_headers,
                 timeout=_client_timeout(timeout),
                 allow_redirects=False,
@@ -262,12 +260,14 @@ class Transport:
             exchange.end(error)
         raise error  # outside the except block: see _translate.mapped
 
-    def _headers(self, request: ApiRequest, exchange: Exchange | None) -> dict[str, str]:
+    def _headers(
+        self, request: ApiRequest, exchange: Exchange | None, bearer: Bearer | None
+    ) -> dict[str, str]:
         headers = dict(request.headers)
         if exchange is not None:  # before the key is added: only the request's own are shown
             headers = exchange.sending(headers) or headers
-        if request.authenticated:
-            headers[AUTHORIZATION] = self._authorization
+        if bearer is not None:
+            headers[AUTHORIZATION] = bearer.header
         return headers
 
     def open(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import ssl as ssl_module
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -50,7 +50,15 @@ class Client:
     first call makes sessions of its own, and the parent's are never used or closed there.
 
     Args:
-        api_key: API key or OAuth access token (env `SANDBOXKIT_API_KEY`).
+        api_key: API key or OAuth access token (env `SANDBOXKIT_API_KEY`), or a function
+            of no arguments (sync, or async: awaited) returning the current one, for keys
+            that expire in a long-lived process. The function is asked once per request to
+            the console (never for the data plane), without a lock: if it refreshes a
+            token, it caches it. A sync one runs on the event loop, so it must be quick.
+            After a 401 it is asked again and the request sent once more with a different
+            key (no retry attempt is spent). What it returns is checked as a str key is;
+            if it raises or returns no usable key, the call raises `ValidationError` (its
+            exception chained as the cause). The key is never shown.
         base_url: the console address hosting `/api/v1` and `/api/v2` (env `SANDBOXKIT_BASE_URL`).
         timeout: default time limits; every operation takes a `timeout=` override.
         retry: default retry policy; every operation takes a `retry=` override.
@@ -88,7 +96,7 @@ class Client:
     def __init__(
         self,
         *,
-        api_key: str | None = None,
+        api_key: str | Callable[[], str] | Callable[[], Awaitable[str]] | None = None,
         base_url: str | None = None,
         timeout: Timeout | None = None,
         retry: RetryPolicy | None = None,
@@ -125,15 +133,17 @@ class Client:
             raise ValidationError("parallel_downloads must be a sandboxkit.ParallelDownloads")
         self.parallel_downloads = parallel_downloads
         self.data_plane_scheme = data_plane_scheme
+        key = resolve_api_key(api_key)
         self._transport = Transport(
             base_url=self.base_url,
-            api_key=resolve_api_key(api_key),
             limits=self.limits,
             ssl=ssl,
             resolver=resolver,
             proxies=proxies,
         )
-        self._calls = Calls(self._transport, self.retry, self.timeout, telemetry=telemetry)
+        self._calls = Calls(
+            self._transport, self.retry, self.timeout, api_key=key, telemetry=telemetry
+        )
         self._templates = Templates(self._calls)
         self._v1 = V1(self._calls)
 

@@ -322,7 +322,7 @@ class V1(_Facade[_v1.V1], wraps=_v1.V1):
 class ClientOptions(TypedDict, total=False):
     """The keyword options of `sandboxkit.Client`, for type checking `sync.Client(...)`."""
 
-    api_key: str | None
+    api_key: str | Callable[[], str] | Callable[[], Awaitable[str]] | None
     base_url: str | None
     timeout: Timeout | None
     retry: RetryPolicy | None
@@ -345,8 +345,9 @@ class Client(_Facade[_client.Client]):
     It starts a background event loop at once; `close()` or leaving `with` cancels calls in
     flight (they raise `ClientStateError`), closes the async client and stops the loop. One
     never closed is stopped, with a `ResourceWarning`, when collected or at exit. Share one
-    instance between threads. Event hooks (`on_request`, `on_response`, `on_retry`) are
-    called on that loop's thread. In a process forked from one using it (multiprocessing,
+    instance between threads. Event hooks (`on_request`, `on_response`, `on_retry`) and an
+    `api_key` function are called on that loop's thread (an async one awaited on that
+    loop). In a process forked from one using it (multiprocessing,
     gunicorn `--preload`, Celery prefork), its first call starts a loop and connections of
     the child's own; the parent's are never used, closed or collected there.
 

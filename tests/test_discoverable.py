@@ -88,7 +88,8 @@ def test_help_and_dir_show_what_a_user_calls() -> None:
 
     shown = pydoc.render_doc(sync.Client, renderer=pydoc.plaintext)
     assert "Unpack" not in shown and "_Member" not in shown and "object at 0x" not in shown
-    assert "Client(*, api_key: 'str | None' = None, base_url:" in shown
+    key = "'str | Callable[[], str] | Callable[[], Awaitable[str]] | None'"
+    assert f"Client(*, api_key: {key} = None, base_url:" in shown
     assert "sandbox_from_response(self, body: 'Mapping[str, Any]') -> 'Sandbox'" in shown
     assert "client.sandbox_from_response(answer)" in pydoc.render_doc(
         sandboxkit.Sandbox, renderer=pydoc.plaintext

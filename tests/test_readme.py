@@ -107,6 +107,24 @@ def test_every_python_block_type_checks_under_mypy_strict(tmp_path: Path) -> Non
 # quick start, and a call of the block's function with what it needs. Keyed by a line the
 # block contains; a new block without a driver fails `test_every_python_block_is_run`.
 DRIVERS: dict[str, tuple[str, str]] = {
+    "def make_client": (
+        "",
+        """
+key_file = pathlib.Path("key")
+namespace["KEY_FILE"] = key_file  # the block's secret path, here a file of the test's
+
+async def drive(key):
+    key_file.write_text(key + "\\n")
+    async with namespace["make_client"]() as client:
+        try:
+            await client.templates.builds_page("tpl-none")
+        except sandboxkit.SandboxKitError as exc:
+            return type(exc).__name__
+
+assert asyncio.run(drive(emu.api_key)) == "NotFoundError"  # the key read was accepted
+assert asyncio.run(drive("sk-rotated-away")) == "AuthenticationError"
+""",
+    ),
     "async def make_template": ("", "asyncio.run(namespace['make_template']())"),
     "async def collect": (
         "",
