@@ -15,6 +15,8 @@ and memory are counted:
 8. ``link``: a large download over an emulated long link (network namespaces joined by a
    TUN delay line, `_link.py`), one stream against parallel ``Range`` slices; needs root,
    skipped with one line saying why elsewhere.
+9. ``smallfiles``: many 16 KiB reads over many hosts (issue 32): sandboxkit, raw aiohttp with
+   a session per host, and a hand-written asyncio floor, each a fresh process (fast server).
 
 Contenders alternate within each round and every ratio is the median of per-round ratios.
 Benchmarks are not tests: nothing here asserts a timing; a target missed is reported.
@@ -48,6 +50,7 @@ import _control
 import _faults
 import _hosts
 import _link
+import _smallfiles
 import _survive
 import _transfer
 from _measure import MiB, describe_machine, free_pages_held
@@ -70,6 +73,7 @@ class Sizes:
     outage: tuple[int, int, int]
     outage_seconds: float
     link_mib: int
+    small: tuple[int, int, int]  # requests, hosts, concurrency
     link: _link.LinkOptions = _link.DEFAULT_LINK
 
 
@@ -86,6 +90,7 @@ FULL = Sizes(
     outage=(10, 30, 1024),
     outage_seconds=5.0,
     link_mib=1024,
+    small=(10_000, 1_000, 256),
 )
 QUICK = Sizes(
     transfer_mib=16,
@@ -100,6 +105,7 @@ QUICK = Sizes(
     outage=(4, 15, 512),
     outage_seconds=1.0,
     link_mib=8,
+    small=(400, 50, 32),
 )
 
 Case = Callable[[Sizes, int, Path], Awaitable[CaseResult]]
@@ -114,6 +120,7 @@ CASES: dict[str, Case] = {
         s.outage[0], s.outage[1], s.outage[2] * 1024, s.outage_seconds, r, w
     ),
     "link": lambda s, r, w: _link.run(s.link_mib * MiB, r, w, s.link),
+    "smallfiles": lambda s, r, w: _smallfiles.run(*s.small, r),
 }
 
 

@@ -8,7 +8,17 @@ import sys
 from pathlib import Path
 
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "run.py"
-CASES = ["download", "upload", "control", "hosts", "faults", "rerun", "outage", "link"]
+CASES = [
+    "download",
+    "upload",
+    "control",
+    "hosts",
+    "faults",
+    "rerun",
+    "outage",
+    "link",
+    "smallfiles",
+]
 
 
 def test_quick_run_reports_every_case_as_json() -> None:
@@ -43,6 +53,10 @@ def test_quick_run_reports_every_case_as_json() -> None:
     assert (rerun["right"], rerun["leftovers"]) == (1.0, 0)
     outage = by_name["outage"]["rows"]
     assert [row["completion"] for row in outage[:4]] == [1.0] * 4  # reset, close, head
+    # Small files: the three clients (sandboxkit, raw aiohttp, the floor) each read every
+    # file right.
+    small = by_name["smallfiles"]["rows"]
+    assert len(small) == 3 and all(row["errors"] == 0 for row in small), small
     # The link case needs root: elsewhere it is skipped with its reason; where it runs,
     # every download that ran came out whole (rows this tree cannot run say so).
     link = by_name["link"]
