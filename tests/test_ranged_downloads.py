@@ -493,7 +493,9 @@ async def test_a_nearby_data_center_gets_one_stream(emulator: Emulator, tmp_path
     assert result.sha256 == sha(data) and ranges(emulator) == [None]
 
 
-async def test_a_slow_server_on_loopback_gets_one_stream(emulator: Emulator, tmp_path: Path) -> None:
+async def test_a_slow_server_on_loopback_gets_one_stream(
+    emulator: Emulator, tmp_path: Path
+) -> None:
     """A loopback server slow to start answering is not a long link: the kernel's RTT of
     the connection decides, not the head's time, so the file comes as one stream (the
     head's time alone used to split it into slices that only cost CPU)."""
