@@ -17,6 +17,9 @@ and memory are counted:
    skipped with one line saying why elsewhere.
 9. ``smallfiles``: many 16 KiB reads over many hosts (issue 32): sandboxkit, raw aiohttp with
    a session per host, and a hand-written asyncio floor, each a fresh process (fast server).
+10. ``page``: one 64 KiB ``files.read_range`` at the middle of a 1 GiB (virtual) file, on a
+    server with ranges and on one without (issue 31): the bytes the server sent, and the
+    time (`_page.py`).
 
 Contenders alternate within each round and every ratio is the median of per-round ratios.
 Benchmarks are not tests: nothing here asserts a timing; a target missed is reported.
@@ -50,6 +53,7 @@ import _control
 import _faults
 import _hosts
 import _link
+import _page
 import _smallfiles
 import _survive
 import _transfer
@@ -75,6 +79,7 @@ class Sizes:
     link_mib: int
     small: tuple[int, int, int]  # requests, hosts, concurrency
     link: _link.LinkOptions = _link.DEFAULT_LINK
+    page_mib: int = 1024  # the file case 10 reads a page of
 
 
 FULL = Sizes(
@@ -106,6 +111,7 @@ QUICK = Sizes(
     outage_seconds=1.0,
     link_mib=8,
     small=(400, 50, 32),
+    page_mib=64,
 )
 
 Case = Callable[[Sizes, int, Path], Awaitable[CaseResult]]
@@ -121,6 +127,7 @@ CASES: dict[str, Case] = {
     ),
     "link": lambda s, r, w: _link.run(s.link_mib * MiB, r, w, s.link),
     "smallfiles": lambda s, r, w: _smallfiles.run(*s.small, r),
+    "page": lambda s, r, w: _page.run(s.page_mib * MiB, r, w),
 }
 
 

@@ -40,7 +40,15 @@ import attrs
 
 from ._answers import DECODABLE_CODINGS, parse_content_range
 
-__all__ = ["Action", "Decision", "Mode", "ResponseInfo", "ResumeState", "Validators"]
+__all__ = [
+    "Action",
+    "Decision",
+    "Mode",
+    "ResponseInfo",
+    "ResumeState",
+    "Validators",
+    "unsatisfiable_size",
+]
 
 Mode = Literal["file", "stream"]
 
@@ -159,6 +167,12 @@ class Validators:
         return cls(etag, last_modified, date)
 
 
+def unsatisfiable_size(content_range: str | None) -> int | None:
+    """The file's size a 416 names (`Content-Range: bytes */N`); None where it names none."""
+    match = _UNSATISFIED_RANGE.match(content_range or "")
+    return int(match[1]) if match else None
+
+
 def _opaque(tag: str) -> str:
     match = _ENTITY_TAG.fullmatch(tag.strip())
     return match[2] if match else tag.strip()  # not a tag by the grammar: compared whole
@@ -230,6 +244,10 @@ class ResumeState:
         """The `n` of the `Range: bytes=n-` the next GET should carry; None for a whole GET."""
         if self.ranges_supported and self.position > 0:
             return self.position
+        return None
+
+    def range_end(self) -> int | None:
+        """The end (exclusive) of the bytes the next GET's Range asks for; None: the file's."""
         return None
 
     def begin_request(self) -> int | None:
@@ -341,8 +359,8 @@ class ResumeState:
         return Decision(Action.STREAM, truncate=truncate)
 
     def _on_unsatisfiable(self, info: ResponseInfo) -> Decision:
-        match = _UNSATISFIED_RANGE.match(info.content_range or "")
-        size = int(match[1]) if match else self.total
+        size = unsatisfiable_size(info.content_range)
+        size = self.total if size is None else size
         if size is not None and size == self.position:
             self.total = size
             self.done = True

@@ -19,6 +19,7 @@ The tree::
     ├── BuildFailedError                        a followed Build ended with `failure`
     ├── DestinationLockedError                  another download is writing that file
     ├── DestinationUnsafeError                  a link or a stranger's file where a part goes
+    ├── FileTooLargeError                       a read's `max_size` is less than the file
     └── APIError                                an error status from the service
         ├── RedirectNotFollowedError        3xx: never followed, so no token goes elsewhere
         ├── BadRequestError                 400
@@ -69,6 +70,7 @@ __all__ = [
     "ConflictError",
     "DestinationLockedError",
     "DestinationUnsafeError",
+    "FileTooLargeError",
     "GatewayTimeoutError",
     "HostNotFoundError",
     "HostUnavailableError",
@@ -368,6 +370,26 @@ class DestinationLockedError(SandboxKitError):
 class DestinationUnsafeError(SandboxKitError):
     """A link, a FIFO or another user's file sits where the partial file goes (`.{name}.part`
     beside `dest`), and cannot be removed (a sticky directory). Nothing was written or sent."""
+
+
+class FileTooLargeError(SandboxKitError):
+    """A read with `max_size` (`files.read_bytes`, `files.read_text`) met a file with more
+    bytes than that: raised as soon as an answer's head showed the size, or the bytes counted
+    passed the cap; nothing more is read (the connection is closed).
+
+    Attributes:
+        size: the file's size in bytes, where an answer showed it; else None.
+        limit: the `max_size` asked for.
+    """
+
+    def __init__(
+        self, message: str, *, size: int | None, limit: int, operation: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.size = size
+        self.limit = limit
+        self.operation = operation
 
 
 class BuildFailedError(SandboxKitError):

@@ -22,6 +22,8 @@ from typing import Any, Generic, TypeVar
 
 import attrs
 
+from ._read_models import FileRange, TextPage
+
 __all__ = [
     "ActionResult",
     "ApiKey",
@@ -37,6 +39,7 @@ __all__ = [
     "DownloadResult",
     "EnvVar",
     "FileEntry",
+    "FileRange",
     "Image",
     "LogEntry",
     "LogLevel",
@@ -51,6 +54,7 @@ __all__ = [
     "TemplateCreated",
     "TemplateCredential",
     "TemplateStatus",
+    "TextPage",
     "V1Template",
 ]
 

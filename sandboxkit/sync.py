@@ -237,11 +237,14 @@ class Stream(Generic[_T]):
 
 
 class Files(_Facade[_files.Files], wraps=_files.Files):
-    """Blocking `sandbox.files`: download, upload, iter_bytes, read_bytes."""
+    """Blocking `sandbox.files`: download, upload, iter_bytes, read_bytes, read_range,
+    read_text."""
 
     download = _blocking(_files.Files.download)
     upload = _blocking(_files.Files.upload)
     read_bytes = _blocking(_files.Files.read_bytes)
+    read_range = _blocking(_files.Files.read_range)
+    read_text = _blocking(_files.Files.read_text)
     iter_bytes = _iterating(_files.Files.iter_bytes)
 
 

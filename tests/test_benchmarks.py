@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "run.py"
 CASES = [
@@ -18,6 +19,7 @@ CASES = [
     "outage",
     "link",
     "smallfiles",
+    "page",
 ]
 
 
@@ -57,6 +59,7 @@ def test_quick_run_reports_every_case_as_json() -> None:
     # file right.
     small = by_name["smallfiles"]["rows"]
     assert len(small) == 3 and all(row["errors"] == 0 for row in small), small
+    assert_page_case(by_name["page"])
     # The link case needs root: elsewhere it is skipped with its reason; where it runs,
     # every download that ran came out whole (rows this tree cannot run say so).
     link = by_name["link"]
@@ -65,6 +68,34 @@ def test_quick_run_reports_every_case_as_json() -> None:
     else:
         ran = [row for row in link["rows"] if row["sha256"] != "not available"]
         assert len(ran) >= 3 and all(row["sha256"] == "ok" for row in ran), ran
+
+
+def assert_page_case(case: dict[str, Any]) -> None:
+    """Case 10's reads came out right: a page with ranges moved exactly the page, one
+    without moved the file up to the page's end and stopped short of the file's end."""
+    rows = {row["contender"]: row for row in case["rows"]}
+    assert all(row["right"] == 1 for row in rows.values()), rows
+    ranged = rows["sandboxkit read_range, ranges (206)"]
+    whole = rows["sandboxkit read_range, no ranges (200)"]
+    assert (ranged["x_page"], ranged["whole"]) == (1, 1)
+    page_end = case["config"]["offset"] + case["config"]["page"]
+    size = case["config"]["size_mib"] << 20
+    assert page_end <= whole["server_mib"] * (1 << 20) < size and whole["whole"] == 0, whole
+
+
+def test_the_page_case_alone() -> None:
+    """`run.py --quick --case page --json` reads its pages right (the quick run's check)."""
+    done = subprocess.run(
+        [sys.executable, "-W", "error", str(SCRIPT), "--quick", "--case", "page", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    (case,) = json.loads(done.stdout)["cases"]
+    assert case["name"] == "page"
+    assert_page_case(case)
 
 
 def test_one_case_prints_a_table() -> None:

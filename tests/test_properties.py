@@ -108,7 +108,16 @@ WIRE_MODELS = [
     cls
     for name in models.__all__
     if attrs.has(cls := getattr(models, name))
-    and cls not in (models.DownloadResult, models.Container, models.ContainersCreated, models.Page)
+    # Results the SDK makes itself, never read off the wire.
+    and cls
+    not in (
+        models.DownloadResult,
+        models.FileRange,
+        models.TextPage,
+        models.Container,
+        models.ContainersCreated,
+        models.Page,
+    )
 ] + [
     models.Page[models.Build],
     models.OAuthCodeExchange,

@@ -18,16 +18,16 @@ ROOT = Path(sandboxkit.__file__).parent
 # Higher layers may import lower ones and their own, never the reverse (DESIGN section 3).
 # A dotted name places one module of a package; the longest matching name decides.
 LAYERS: list[tuple[str, ...]] = [
-    ("errors", "models", "_version", "_record_decoder"),
+    ("errors", "models", "_version", "_record_decoder", "_read_models"),
     ("_config", "_protocol", "_convert", "_operations", "_proxies"),
-    ("_answers", "_retry", "_validation", "_cursors", "_resume", "_events", "_slices"),
+    ("_answers", "_retry", "_validation", "_cursors", "_resume", "_events", "_slices", "_bounds"),
     ("_pools", "_circuits", "_cancel", "_translate", "_localhost", "_telemetry", "_ring", "_forks"),
     ("_links",),
     ("_bodies", "_forms"),
     ("_transport",),
     ("_calls",),
     ("resources._common", "resources._plane", "resources._partial", "resources._file_sink"),
-    ("resources._download", "resources._upload"),
+    ("resources._download", "resources._upload", "resources._reads"),
     ("resources._inplace",),
     ("resources._ranged",),
     ("resources.files", "resources.templates", "resources.v1_infra", "resources.v1"),

@@ -208,7 +208,11 @@ class _Fetch:
         """One GET, from where the state says, its body into the sink."""
         request, state, sink = self.request, self.state, self.sink
         start = state.begin_request()
-        headers = None if start is None else range_headers(start, if_range=state.if_range())
+        headers = (
+            None
+            if start is None
+            else range_headers(start, state.range_end(), if_range=state.if_range())
+        )
         async with request.plane.open(
             "GET",
             FILES_PATH,

@@ -11,17 +11,19 @@ from typing import Any
 
 import attrs
 
+from .. import _bounds
 from .._config import CallOptions, ParallelDownloads, RetryPolicy, Timeout
 from .._validation import check_username
 from ..errors import ValidationError
-from ..models import DownloadResult, FileEntry
-from . import _download, _ranged, _upload
+from ..models import DownloadResult, FileEntry, FileRange, TextPage
+from . import _download, _ranged, _reads, _upload
 from ._common import AsyncStream
 from ._plane import DataPlane, Progress, check_chunk_size
 
 __all__ = ["Files"]
 
 DEFAULT_CHUNK_SIZE = 1 << 20
+DEFAULT_PAGE = 64 * 1024
 
 
 class Files:
@@ -184,6 +186,7 @@ class Files:
         self,
         remote: str,
         *,
+        max_size: int | None = None,
         username: str | None = None,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         timeout: Timeout | None = None,
@@ -191,11 +194,146 @@ class Files:
     ) -> bytes:
         """Read a (small) file whole into memory, with the same resume rules as `download`.
 
+        Args:
+            max_size: the most bytes to read: a larger file raises `FileTooLargeError` as
+                soon as an answer's head shows its size (`Content-Length`, a `Content-Range`
+                total), before its body; else once the bytes counted pass it (reading stops
+                one byte past the cap). Its connection is closed, the rest unread. None:
+                no cap.
+
         Raises:
-            ValidationError, APIError, TransportError, ResponseDecodeError: as for `download`.
+            ValidationError: a bad remote path, or `max_size` not a positive integer.
+            FileTooLargeError: the file has more than `max_size` bytes.
+            APIError, TransportError, ResponseDecodeError: as for `download`.
         """
         request = self._request(remote, username, chunk_size, timeout, retry)
-        return await _download.read_all(request)
+        cap = _bounds.check_max_size(max_size)
+        if cap is None:
+            return await _download.read_all(request)
+        return await _reads.read_all(request, cap)
+
+    async def read_range(
+        self,
+        remote: str,
+        offset: int = 0,
+        length: int = DEFAULT_PAGE,
+        *,
+        username: str | None = None,
+        timeout: Timeout | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> FileRange:
+        """Read `length` bytes of a file from byte `offset`, never more.
+
+        Every GET asks for `Range: bytes=offset-(offset + length - 1)`. A data center without
+        range support answers with the whole file: its bytes before `offset` are dropped as
+        they come, and reading stops at the page's end (the connection is closed there, the
+        rest of the file never read): there a page deep in a large file costs reading the
+        file up to the page's end. Retried and resumed as `download` is: a cut resumes from
+        the byte it reached, bounded by the page's end, with `If-Range`; an answer of
+        another version of the file than the bytes held starts the page over (it never
+        mixes two versions).
+        Page through a file by passing `result.next_offset` until `result.eof`.
+
+        Args:
+            remote: absolute path in the sandbox.
+            offset: the first byte, from 0; at or past the end of the file, the result is
+                empty with `eof` set (and `size` where the answer showed it).
+            length: the most bytes to read (>= 1); fewer come only at the end of the file.
+            username: act as this sandbox user.
+            timeout: per-call time limits.
+            retry: per-call retry policy.
+
+        Returns:
+            A `FileRange(data, offset, size, eof)`; `next_offset` is `offset + len(data)`.
+
+        Raises:
+            ValidationError: a bad remote path, `offset` not an integer >= 0, `length` not
+                an integer >= 1 (before any request).
+            APIError, TransportError, ResponseDecodeError: as for `download`.
+
+        Example::
+
+            offset = 0
+            while True:
+                page = await sbx.files.read_range("/var/log/app.log", offset)
+                sink.write(page.data)
+                if page.eof:
+                    break
+                offset = page.next_offset
+        """
+        request = self._request(remote, username, DEFAULT_CHUNK_SIZE, timeout, retry)
+        start = _bounds.check_offset(offset)
+        return await _reads.read_range(request, start, _bounds.check_length(length))
+
+    async def read_text(
+        self,
+        remote: str,
+        offset: int = 0,
+        length: int | None = None,
+        *,
+        encoding: str = "utf-8",
+        errors: str = "strict",
+        max_size: int | None = None,
+        username: str | None = None,
+        timeout: Timeout | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> TextPage:
+        """Read a file's text from byte `offset`: `length` bytes of it, or up to its end.
+
+        The bytes are read as `read_range` reads them and decoded with `encoding` and
+        `errors` by an incremental decoder, which never splits a character: the bytes of one
+        the page's end cuts are left for the next page (`next_offset` excludes them), unless
+        the page reaches the end of the file, where they are decoded as the last bytes (with
+        `errors`). Page through a file by passing `page.next_offset` until `page.eof`.
+
+        An `offset` inside a UTF-8 character (one not from `next_offset`) starts the page
+        at the next character, at most 3 bytes on: `page.offset` says where (no error, as a
+        reader of a byte offset such as `size // 2` means the text there). Other encodings
+        are decoded from `offset` as it is, with `errors`. `utf-16` and `utf-32` without a
+        byte order take it from the BOM, so only at offset 0; stateful encodings (UTF-7,
+        ISO-2022) cannot start at a byte offset and are refused.
+
+        Args:
+            remote: absolute path in the sandbox.
+            offset: the first byte, from 0.
+            length: the most bytes to read (>= 4, the longest character); None: up to the
+                end of the file, bounded by `max_size`.
+            encoding: a text encoding `codecs.lookup` knows.
+            errors: what undecodable bytes become (`"strict"`: an error; `"replace"`...).
+            max_size: with `length=None`, the most bytes to read from `offset`: more raise
+                `FileTooLargeError` (checked as `read_bytes` checks it). None: no cap.
+            username: act as this sandbox user.
+            timeout: per-call time limits.
+            retry: per-call retry policy.
+
+        Returns:
+            A `TextPage(text, offset, next_offset, size, eof)`.
+
+        Raises:
+            ValidationError: a bad remote path, offset, length or max_size, both `length`
+                and `max_size` given, an unknown encoding or error handler, or one that
+                cannot be read from this offset (before any request).
+            FileTooLargeError: more than `max_size` bytes lie past `offset`.
+            ResponseDecodeError: with `errors="strict"`, bytes that are not text in
+                `encoding` (the message gives their offset).
+            APIError, TransportError: as for `download`.
+
+        Example::
+
+            page = await sbx.files.read_text("/home/user/notes.md", length=16384)
+            rest = await sbx.files.read_text("/home/user/notes.md", page.next_offset)
+        """
+        request = self._request(remote, username, DEFAULT_CHUNK_SIZE, timeout, retry)
+        start = _bounds.check_offset(offset)
+        size = None if length is None else _bounds.check_length(length, _bounds.MIN_TEXT_LENGTH)
+        cap = _bounds.check_max_size(max_size)
+        if size is not None and cap is not None:
+            raise ValidationError(
+                f"length={length!r}, max_size={max_size!r}: give one; max_size bounds a read "
+                "to the end of the file (length=None), a page is bounded by its length"
+            )
+        codec = _bounds.check_codec(encoding, errors, start)
+        return await _reads.read_text(request, start, size, codec, errors, cap)
 
     async def upload(
         self,
