@@ -222,6 +222,47 @@ async def test_whatever_the_sidecar_holds_the_download_starts_over_and_succeeds(
     assert [r.headers.get("Range") for r in emulator.journal_for("files.download")] == [None] * 2
 
 
+@pytest.mark.parametrize("left", ["empty part", "part with bytes", "part and sidecar"])
+async def test_a_scratch_file_a_killed_writer_left_is_removed_by_the_rerun(
+    emulator: Emulator, box: Box, shared: Path, victim: Path, left: str
+) -> None:
+    """A process killed between writing a sidecar's scratch file and renaming it leaves
+    `.{name}.part.json.{8 hex}.new` beside its part: the next download of that dest removes
+    it (the dest is locked then: no live writer has one in flight). A link or a file of
+    another name is left as it is, and a link's target untouched."""
+    box.put(REMOTE, DATA)
+    dest = shared / "result.bin"
+    part, sidecar = part_paths(dest)
+    part.write_bytes(b"" if left == "empty part" else DATA[:1000])
+    if left == "part and sidecar":
+        sidecar.write_text("{}")
+    stale = [sidecar.with_name(f"{sidecar.name}.{tag}.new") for tag in ("0badf00d", "12345678")]
+    for each in stale:
+        each.write_text('{"half": ')
+    link = sidecar.with_name(f"{sidecar.name}.deadbeef.new")
+    link.symlink_to(victim)
+    other = sidecar.with_name(f"{sidecar.name}.notours.new")
+    other.write_text("someone's")
+    result = await box.files.download(REMOTE, dest)
+    assert result.sha256 == sha(DATA) and dest.read_bytes() == DATA
+    assert sorted(os.listdir(shared)) == sorted([dest.name, link.name, other.name])
+    assert stat.S_ISLNK(os.lstat(link).st_mode) and other.read_text() == "someone's"
+    untouched(victim)
+
+
+async def test_a_fresh_download_does_not_list_its_directory(
+    box: Box, shared: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no part left behind there is nothing to clear: a batch writing thousands of
+    files into one directory never lists it once per file."""
+    box.put(REMOTE, DATA)
+    listed: list[object] = []
+    real = os.scandir
+    monkeypatch.setattr(os, "scandir", lambda *a: listed.append(a) or real(*a))
+    await box.files.download(REMOTE, shared / "result.bin")
+    assert listed == []
+
+
 @pytest.mark.parametrize(
     "name",
     [

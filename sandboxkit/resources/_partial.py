@@ -183,6 +183,7 @@ def open_part(dest: Path, of: PartOf, *, resume: bool, sliced: bool = False) -> 
             part's name and cannot be removed.
     """
     path, sidecar = part_paths(dest)
+    left_behind = os.path.lexists(path)  # by a download that may have died mid-write
     fd = _open_own(path)
     try:
         if fcntl is not None:
@@ -198,6 +199,8 @@ def open_part(dest: Path, of: PartOf, *, resume: bool, sliced: bool = False) -> 
         os.close(fd)
         raise
     part = PartFile(path, sidecar, handle, of)
+    if left_behind:  # locked now: no live writer of this dest has a scratch file in flight
+        _clear_scratch(sidecar)
     size = os.fstat(handle.fileno()).st_size
     seen = _read_sidecar(sidecar) if resume and size else None
     done = _vouched(seen, of, size) if seen is not None else None
@@ -220,6 +223,28 @@ def open_part(dest: Path, of: PartOf, *, resume: bool, sliced: bool = False) -> 
 
 def _scratch_tag() -> str:
     return secrets.token_hex(4)
+
+
+def _clear_scratch(sidecar: Path) -> None:
+    """Remove the sidecar scratch files (`{sidecar}.{8 hex}.new`, this user's own) that a
+    process killed between writing one and renaming it left beside the part. Only where a
+    part was left: a fresh download does not list the directory."""
+    prefix_, folder = sidecar.name + ".", sidecar.parent
+    try:
+        entries = [e for e in os.scandir(folder) if e.name.startswith(prefix_)]
+    except OSError:
+        return
+    for entry in entries:
+        tag = entry.name[len(prefix_) :]
+        if len(tag) != 12 or not tag.endswith(".new") or not _is_hex(tag[:8]):
+            continue
+        with contextlib.suppress(OSError):
+            if _own_file(entry.stat(follow_symlinks=False)):
+                os.unlink(entry.path)
+
+
+def _is_hex(text: str) -> bool:
+    return all(c in "0123456789abcdef" for c in text)
 
 
 def _own_file(st: os.stat_result) -> bool:
