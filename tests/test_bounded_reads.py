@@ -31,6 +31,8 @@ PAGE = 64 * KiB
 REMOTE = "/home/user/f.bin"
 TOKEN = "sat-BOUNDED-TOKEN"
 PIECE = 64 * KiB  # PageServer writes this much at a time, with a send buffer this small
+HOLD = MiB  # how far past an ignored Range's page PageServer(hold=True) holds back
+HOLD_SECONDS = 30.0  # how long it waits there for the client's close (only a failure waits)
 _RANGE = re.compile(r"bytes=(\d+)-(\d*)$")
 
 
@@ -48,6 +50,7 @@ class Served:
     length: int  # the body bytes the answer declared
     sent: int = 0  # body bytes written (and drained) before the end or the client's close
     whole: bool = False  # the whole answer went out
+    client_closed: bool = False  # the client closed the connection before the answer's end
 
 
 class PageServer(LoopbackServer):
@@ -68,8 +71,12 @@ class PageServer(LoopbackServer):
         chunked: bool = False,
         etag: str | None = None,
         if_range: bool = True,
+        hold: bool = False,
     ) -> None:
         super().__init__()
+        # An ignored Range's answer stops HOLD bytes past the page it asked for, until the
+        # client closes (a reader that stops there) or HOLD_SECONDS pass (one that does not).
+        self.hold = hold
         self.data, self.ranges, self.chunked, self.etag = data, ranges, chunked, etag
         self.honour_if_range = if_range
         self.served: list[Served] = []
@@ -96,7 +103,7 @@ class PageServer(LoopbackServer):
                     head = await reader.readuntil(b"\r\n\r\n")
                 except (asyncio.IncompleteReadError, ConnectionError):
                     return
-                if not await self._answer(connection, head, writer):
+                if not await self._answer(connection, head, reader, writer):
                     return
         except ConnectionError:
             return
@@ -104,7 +111,13 @@ class PageServer(LoopbackServer):
             self._writers.discard(writer)
             writer.close()
 
-    async def _answer(self, connection: int, head: bytes, writer: asyncio.StreamWriter) -> bool:
+    async def _answer(
+        self,
+        connection: int,
+        head: bytes,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> bool:
         fields = {}
         for line in head.decode("latin-1").split("\r\n")[1:]:
             name, _, value = line.partition(":")
@@ -133,6 +146,9 @@ class PageServer(LoopbackServer):
         self.served.append(served)
         cut = self._cuts.pop(0) if self._cuts else None
         data = self.data
+        held_at = None
+        if self.hold and status == 200 and match:
+            held_at = int(match[2]) + 1 + HOLD  # past the page's end, well within the file
         writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
         await writer.drain()
         while served.sent < end - start:
@@ -140,9 +156,24 @@ class PageServer(LoopbackServer):
             piece = data[at : min(end, at + PIECE)]
             if cut is not None:
                 piece = piece[: cut[0] - served.sent]
-            writer.write(b"%x\r\n%s\r\n" % (len(piece), piece) if chunked else piece)
-            await writer.drain()
+            try:
+                writer.write(b"%x\r\n%s\r\n" % (len(piece), piece) if chunked else piece)
+                await writer.drain()
+            except ConnectionError:
+                served.client_closed = True
+                return False
             served.sent += len(piece)
+            if held_at is not None and served.sent >= held_at:
+                held_at = None
+                try:  # the client's close reaches this read as the end of the stream
+                    closed = await asyncio.wait_for(reader.read(1), HOLD_SECONDS) == b""
+                except ConnectionError:
+                    closed = True
+                except TimeoutError:
+                    closed = False  # still reading past its page: the test fails on it
+                if closed:
+                    served.client_closed = True
+                    return False
             if cut is not None and served.sent >= cut[0]:
                 if cut[1] is not None:
                     self.data, self.etag = cut[1], cut[2]
@@ -226,11 +257,13 @@ async def test_each_page_stops_reading_at_its_end_where_ranges_are_ignored(
     chunked: bool,
 ) -> None:
     """A server that ignores Range answers every page with the whole 32 MiB file: each read
-    closes its connection once its page is served, so the server could write only a little
-    past the page's end (its send buffer and the client's receive buffer), never the file."""
+    closes its connection once its page is served. The server holds its answer back 1 MiB
+    past the page (what it wrote before may sit in socket buffers) until the client closes:
+    every read closed by then, so none read on past its page."""
     data = payload(32 * MiB, seed=3)
     offsets = [0, 3 * MiB + 5, 16 * MiB]
-    async with serving(data, ranges=False, chunked=chunked) as server, files_of(server) as files:
+    serve = serving(data, ranges=False, chunked=chunked, hold=True)
+    async with serve as server, files_of(server) as files:
         for offset in offsets:
             page = await files.read_range(REMOTE, offset, PAGE)
             assert (page.data, page.offset) == (data[offset : offset + PAGE], offset)
@@ -238,8 +271,8 @@ async def test_each_page_stops_reading_at_its_end_where_ranges_are_ignored(
     assert [s.range for s in server.served] == [f"bytes={o}-{o + PAGE - 1}" for o in offsets]
     assert [s.connection for s in server.served] == [0, 1, 2]  # each one closed after its page
     for offset, served in zip(offsets, server.served, strict=True):
-        assert served.status == 200 and not served.whole
-        assert offset + PAGE <= served.sent < offset + PAGE + 2 * MiB, served
+        assert served.status == 200 and not served.whole and served.client_closed, served
+        assert offset + PAGE <= served.sent < offset + PAGE + HOLD + PIECE, served
 
 
 async def test_a_range_read_to_its_end_keeps_its_connection_for_the_next(
