@@ -40,7 +40,7 @@ def test_emulator_example_passes_as_a_users_test(tmp_path: Path) -> None:
     own test file with the README's pyproject settings."""
     [example] = [b for b in python_blocks() if "def test_" in b]
     (tmp_path / "test_users_code.py").write_text(example)
-    [toml] = re.findall(r"```toml\n(.*?)```", README, flags=re.DOTALL)
+    [toml] = [b for b in re.findall(r"```toml\n(.*?)```", README, flags=re.DOTALL) if "pytest" in b]
     (tmp_path / "pyproject.toml").write_text(toml)  # the README's own settings
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-W", "error", "-p", "no:cacheprovider"],
@@ -107,6 +107,44 @@ def test_every_python_block_type_checks_under_mypy_strict(tmp_path: Path) -> Non
 # quick start, and a call of the block's function with what it needs. Keyed by a line the
 # block contains; a new block without a driver fails `test_every_python_block_is_run`.
 DRIVERS: dict[str, tuple[str, str]] = {
+    "async def grep_log": (
+        "",
+        """
+body = portal.call(emu.create_sandbox)
+log = "".join(f"line {i} {'ERROR é' if i % 1000 == 0 else 'ok'}\\n" for i in range(30_000))
+(emu.sandbox_root(body["data"]["sandbox_key"]) / "home/user/app.log").write_text(log)
+
+async def drive():
+    async with sandboxkit.Client() as client:
+        sbx = client.sandbox_from_response(body)
+        return await namespace["grep_log"](sbx, "/home/user/app.log", "ERROR")
+
+found = asyncio.run(drive())
+assert found == [f"line {i} ERROR é" for i in range(0, 30_000, 1000)], found
+""",
+    ),
+    "async def run_tool_calls": (
+        "",
+        """
+import json
+body = portal.call(emu.create_sandbox)
+calls = [
+    ("write_file", json.dumps({"sandbox": "dev", "path": "notes.txt", "content": "hi"})),
+    ("read_file", json.dumps({"sandbox": "dev", "path": "notes.txt"})),
+    ("read_file", json.dumps({"sandbox": "dev", "path": "../../etc/passwd"})),
+]
+
+async def drive():
+    async with sandboxkit.Client() as client:
+        return await namespace["run_tool_calls"](client, body, calls)
+
+written, read, refused = asyncio.run(drive())
+assert read["content"] == "hi", read
+assert refused["error"]["code"] == "invalid_path" and not refused["error"]["retryable"], refused
+token = body["data"]["sandbox_access_token"]
+assert token not in json.dumps([written, read, refused])
+""",
+    ),
     "def make_client": (
         "",
         """
@@ -267,3 +305,24 @@ def test_python_block_runs_against_the_emulator(key: str, tmp_path: Path) -> Non
     )
     assert (done.returncode, done.stderr) == (0, ""), done.stdout + done.stderr
     assert done.stdout.endswith("block done\n")
+
+
+def test_the_mcp_config_example_loads_and_the_client_entry_starts_it(tmp_path: Path) -> None:
+    """The README's `mcp.toml` is a valid `sandboxkit mcp` configuration (its token from the
+    variable it names), and its MCP client entry runs `sandboxkit mcp --config FILE`."""
+    import json
+
+    from sandboxkit.agents._mcp_config import load_config
+
+    [example] = [b for b in re.findall(r"```toml\n(.*?)```", README, flags=re.DOTALL) if "mcp" in b]
+    (tmp_path / "mcp.toml").write_text(example)
+    (tmp_path / "agent-files").mkdir()
+    env = {"SANDBOXKIT_API_KEY": "sk-readme", "MAIN_SANDBOX_TOKEN": "sat-readme"}
+    config = load_config(tmp_path / "mcp.toml", env)
+    assert [entry.name for entry in config.sandboxes] == ["main"]
+    assert config.templates is False and config.limits.max_copy == 100 << 20
+    assert config.workspace == tmp_path / "agent-files"
+    assert "sat-readme" not in repr(config) and "sk-readme" not in repr(config)
+    [entry] = [json.loads(b) for b in re.findall(r"```json\n(.*?)```", README, flags=re.DOTALL)]
+    server = entry["mcpServers"]["sandboxkit"]
+    assert server["command"] == "sandboxkit" and server["args"][:2] == ["mcp", "--config"]

@@ -34,6 +34,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("resources.sandbox", "resources.__init__", "resources"),
     ("client", "_client_config"),
     ("batch", "sync", "_sync_loop", "__init__"),
+    ("agents",),
     ("emulator", "dask"),
     ("cli", "pytest_plugin"),
 ]
@@ -219,7 +220,7 @@ def test_architecture_names_every_module_and_only_real_ones() -> None:
         if name.startswith("tests/"):
             assert (ROOT.parent / name).exists(), name
             continue
-        candidates = [ROOT / name, ROOT / "resources" / name]
+        candidates = [ROOT / name, ROOT / "resources" / name, ROOT / "agents" / name]
         assert any(c.exists() for c in candidates), name
 
 

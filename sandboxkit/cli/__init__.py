@@ -25,8 +25,9 @@ else:
     from ._commands import builds, emulator, templates
     from ._demo import demo
     from ._files import files
+    from ._mcp import mcp
 
-    for _command in (templates, builds, files, emulator, demo):
+    for _command in (templates, builds, files, emulator, demo, mcp):
         cli.add_command(_command)
 
 __all__ = ["cli", "main"]

@@ -1,0 +1,156 @@
+"""`upload_file` and `download_file`: copies between a sandbox and the local workspace.
+
+Local paths are relative to the workspace and stay in it (`_paths`: links leading out are
+refused, a download never writes through one). Sizes are bounded by `ToolLimits.max_copy`:
+an upload by its file's size before anything is sent, a download by the size the service
+announces, or by the bytes that came when it announces none. A download lands whole or not
+at all (the SDK writes a partial file beside it and renames it into place); one stopped
+by a failure the next call may not meet keeps its partial file, so calling again resumes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ._errors import ErrorCode, ToolError, about
+from ._file_tools import path_arg, sandbox_arg
+from ._paths import local_dest, local_source
+from ._schema import obj, string
+from ._tool import Definition, Progress, Setup
+
+__all__ = ["DOWNLOAD_FILE", "UPLOAD_FILE"]
+
+
+def _local_arg(what: str) -> dict[str, Any]:
+    return string(f"{what}, relative to the local workspace (no leading '/', no '..' out).")
+
+
+def _workspace(setup: Setup) -> Path:
+    assert setup.workspace is not None  # the tool exists only with a workspace
+    return setup.workspace
+
+
+def _too_large(what: str, size: int | None, cap: int) -> ToolError:
+    shown = "more bytes" if size is None else f"{size} bytes"
+    return ToolError(ErrorCode.TOO_LARGE, f"{what} has {shown} than the copy limit of {cap}.")
+
+
+def _upload_schema(setup: Setup) -> dict[str, Any]:
+    return obj(
+        {
+            "sandbox": sandbox_arg(setup),
+            "local_path": _local_arg("The local file to send"),
+            "path": path_arg(setup, "Where to write it (replaced if it exists)"),
+        },
+        required=("sandbox", "local_path", "path"),
+    )
+
+
+async def _upload_file(
+    setup: Setup, args: dict[str, Any], progress: Progress | None
+) -> dict[str, Any]:
+    name = args["sandbox"]
+    files = setup.sandbox(name).files
+    path = setup.remote(args["path"])
+    limits = setup.limits
+    source = local_source(args["local_path"], _workspace(setup), limits.max_path_length)
+    with source.handle:
+        if source.size > limits.max_copy:
+            raise _too_large(f"Local file {source.shown!r}", source.size, limits.max_copy)
+        hints = {ErrorCode.NOT_FOUND: "Its directory must exist in the sandbox first."}
+        with about(f"Uploading {source.shown!r} to {path} in sandbox {name!r}", hints):
+            await files.upload(path, source.handle, progress=progress)
+    return {"sandbox": name, "local_path": source.shown, "path": path, "bytes": source.size}
+
+
+UPLOAD_FILE = Definition(
+    name="upload_file",
+    title="Upload a local file",
+    description=(
+        "Copy a file from the local workspace into a sandbox, replacing the sandbox file "
+        "if it exists (its directory must exist). local_path is relative to the "
+        "workspace; path is relative to {root} or absolute under it. At most {max_copy}. "
+        "Returns the bytes sent."
+    ),
+    schema=_upload_schema,
+    run=_upload_file,
+    read_only=False,
+    destructive=True,
+    idempotent=True,
+    needs="workspace",
+)
+
+
+class _OverCap(Exception):
+    """Raised from the download's progress callback to stop it: the size passed the cap
+    (`size`: the announced size, None when none was)."""
+
+    def __init__(self, size: int | None) -> None:
+        super().__init__(size)
+        self.size = size
+
+
+def _download_schema(setup: Setup) -> dict[str, Any]:
+    return obj(
+        {
+            "sandbox": sandbox_arg(setup),
+            "path": path_arg(setup, "The file to copy"),
+            "local_path": _local_arg("Where to write it (replaced if it exists)"),
+        },
+        required=("sandbox", "path", "local_path"),
+    )
+
+
+async def _download_file(
+    setup: Setup, args: dict[str, Any], progress: Progress | None
+) -> dict[str, Any]:
+    name = args["sandbox"]
+    files = setup.sandbox(name).files
+    path = setup.remote(args["path"])
+    limits = setup.limits
+    dest, shown = local_dest(args["local_path"], _workspace(setup), limits.max_path_length)
+    cap = limits.max_copy
+
+    def watch(done: int, total: int | None) -> None:
+        # Called as bytes arrive, on the loop: the announced size is known at the first
+        # piece, so at most one piece of a file over the cap is ever written (and then
+        # removed with the partial file).
+        if total is not None and total > cap:
+            raise _OverCap(total)
+        if done > cap:
+            raise _OverCap(None)
+        if progress is not None:
+            progress(done, total)
+
+    try:
+        with about(f"File {path} in sandbox {name!r}"):
+            result = await files.download(path, dest, progress=watch)
+    except _OverCap as exc:
+        raise _too_large(f"File {path} in sandbox {name!r}", exc.size, cap) from None
+    return {
+        "sandbox": name,
+        "path": path,
+        "local_path": shown,
+        "bytes": result.size,
+        "sha256": result.sha256,
+    }
+
+
+DOWNLOAD_FILE = Definition(
+    name="download_file",
+    title="Download a file",
+    description=(
+        "Copy a file from a sandbox into the local workspace, replacing the local file if "
+        "it exists (missing local directories are made). path is relative to {root} or "
+        "absolute under it; local_path is relative to the workspace. At most {max_copy}. "
+        "The file lands whole or not at all; after a retryable error, calling again "
+        "resumes. Returns bytes and sha256."
+    ),
+    schema=_download_schema,
+    run=_download_file,
+    read_only=False,
+    destructive=True,
+    idempotent=True,
+    needs="workspace",
+)

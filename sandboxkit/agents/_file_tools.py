@@ -1,0 +1,216 @@
+"""`read_file` and `write_file`: a bounded page of a sandbox file, a bounded write of one.
+
+Reads are paged by byte offset: each result says where the next page starts
+(`next_offset`), whether the file ended (`eof`) and its size when the service said it. A
+text page never ends inside a UTF-8 character, so pages join into the file's text; bytes
+that are not UTF-8 read as U+FFFD. A text page holding NUL bytes is refused as binary: a
+model is better served by being told than by a page of mojibake.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any
+
+from ._errors import ErrorCode, ToolError, about
+from ._schema import integer, obj, string
+from ._tool import Definition, Progress, Setup
+
+__all__ = ["MAX_OFFSET", "READ_FILE", "WRITE_FILE", "path_arg", "sandbox_arg"]
+
+# JSON's exact integer range: an offset past it is no file's.
+MAX_OFFSET = (1 << 53) - 1
+
+
+def sandbox_arg(setup: Setup) -> dict[str, Any]:
+    """The `sandbox` argument: one of the names the application gave."""
+    names = list(setup.sandboxes)
+    return string(
+        "The sandbox to use, by the name the application gave it (list_sandboxes shows them).",
+        enum=names,
+    )
+
+
+def path_arg(setup: Setup, what: str) -> dict[str, Any]:
+    """A sandbox path argument, confined to the root."""
+    return string(
+        f"{what}: a path in the sandbox, relative to {setup.root} or absolute under it "
+        f"(at most {setup.limits.max_path_length} characters)."
+    )
+
+
+def _encoding(what: str) -> dict[str, Any]:
+    return string(what, enum=["text", "base64"], default="text")
+
+
+def _subject(path: str, name: str) -> str:
+    return f"File {path} in sandbox {name!r}"
+
+
+def _read_schema(setup: Setup) -> dict[str, Any]:
+    limits = setup.limits
+    return obj(
+        {
+            "sandbox": sandbox_arg(setup),
+            "path": path_arg(setup, "The file"),
+            "offset": integer(
+                "The byte offset to start at: 0, or the next_offset of the previous page.",
+                minimum=0,
+                maximum=MAX_OFFSET,
+                default=0,
+            ),
+            "limit": integer(
+                "The most bytes to read; at least 4, the longest UTF-8 character.",
+                minimum=4,
+                maximum=limits.max_read,
+                default=limits.read_page,
+            ),
+            "encoding": _encoding(
+                "text: the bytes as UTF-8 text. base64: the raw bytes, base64-encoded "
+                "(for binary files)."
+            ),
+        },
+        required=("sandbox", "path"),
+    )
+
+
+def _paged(result: dict[str, Any], name: str) -> dict[str, Any]:
+    if not result["eof"]:
+        result["hint"] = (
+            f"More of the file remains: call {name} again with offset={result['next_offset']}."
+        )
+    return result
+
+
+async def _read_file(setup: Setup, args: dict[str, Any], _: Progress | None) -> dict[str, Any]:
+    name = args["sandbox"]
+    files = setup.sandbox(name).files
+    path = setup.remote(args["path"])
+    offset, limit, encoding = args["offset"], args["limit"], args["encoding"]
+    subject = _subject(path, name)
+    with about(subject):
+        if encoding == "base64":
+            part = await files.read_range(path, offset, limit)
+            content = base64.b64encode(part.data).decode("ascii")
+            start, end, size, eof = part.offset, part.next_offset, part.size, part.eof
+        else:
+            page = await files.read_text(path, offset, limit, errors="replace")
+            content = page.text
+            start, end, size, eof = page.offset, page.next_offset, page.size, page.eof
+    if encoding == "text" and "\x00" in content:
+        raise ToolError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"{subject} looks binary (NUL bytes at offset {offset} or after). Read it with "
+            "encoding='base64', or copy it with download_file.",
+        )
+    result = {
+        "sandbox": name,
+        "path": path,
+        "encoding": encoding,
+        "offset": start,
+        "next_offset": end,
+        "size": size,
+        "eof": eof,
+        "content": content,
+    }
+    return _paged(result, "read_file")
+
+
+READ_FILE = Definition(
+    name="read_file",
+    title="Read a file",
+    description=(
+        "Read one page of a file in a sandbox, by byte offset. Returns content, offset, "
+        "next_offset, size (when known) and eof; while eof is false, call again with "
+        "offset=next_offset to read on. A page is at most limit bytes: {read_page} by "
+        "default, {max_read} at most. encoding='text' decodes UTF-8 (a page never ends "
+        "inside a character; invalid bytes read as U+FFFD) and refuses binary files; "
+        "encoding='base64' returns the raw bytes. Paths are relative to {root} or "
+        "absolute under it."
+    ),
+    schema=_read_schema,
+    run=_read_file,
+    read_only=True,
+    destructive=False,
+    idempotent=True,
+    needs="sandboxes",
+)
+
+
+def _write_schema(setup: Setup) -> dict[str, Any]:
+    return obj(
+        {
+            "sandbox": sandbox_arg(setup),
+            "path": path_arg(setup, "The file to write (replaced if it exists)"),
+            "content": string(
+                "The whole new content: text (written as UTF-8), or base64 when "
+                f"encoding='base64'. At most {setup.limits.max_write} bytes once encoded."
+            ),
+            "encoding": _encoding(
+                "text: content is text. base64: content is base64 of the raw bytes."
+            ),
+        },
+        required=("sandbox", "path", "content"),
+    )
+
+
+def _content_bytes(content: str, encoding: str, cap: int) -> bytes:
+    """The bytes `content` stands for, refused past `cap` before more is built."""
+    too_large = ToolError(
+        ErrorCode.TOO_LARGE,
+        f"content is over the write limit of {cap} bytes. Write less, or copy a local file "
+        "with upload_file.",
+    )
+    if encoding == "base64":
+        if len(content) > (cap + 2) // 3 * 4 + 4:  # whitespace aside, 4 chars per 3 bytes
+            raise too_large
+        try:
+            data = base64.b64decode(content, validate=True)
+        except (binascii.Error, ValueError):
+            raise ToolError(
+                ErrorCode.INVALID_ARGUMENT,
+                "content is not valid base64 (A-Z, a-z, 0-9, '+', '/', '=' padding).",
+            ) from None
+    else:
+        if len(content) > cap:  # every character is at least one byte
+            raise too_large
+        try:
+            data = content.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ToolError(
+                ErrorCode.INVALID_ARGUMENT,
+                "content holds a lone surrogate, which is no text; send valid Unicode.",
+            ) from None
+    if len(data) > cap:
+        raise too_large
+    return data
+
+
+async def _write_file(setup: Setup, args: dict[str, Any], _: Progress | None) -> dict[str, Any]:
+    name = args["sandbox"]
+    files = setup.sandbox(name).files
+    path = setup.remote(args["path"])
+    data = _content_bytes(args["content"], args["encoding"], setup.limits.max_write)
+    hints = {ErrorCode.NOT_FOUND: "Its directory must exist first."}
+    with about(_subject(path, name), hints):
+        await files.upload(path, data)
+    return {"sandbox": name, "path": path, "bytes_written": len(data)}
+
+
+WRITE_FILE = Definition(
+    name="write_file",
+    title="Write a file",
+    description=(
+        "Write a whole file in a sandbox, replacing it if it exists (its directory must "
+        "exist). content is text (written as UTF-8) or, with encoding='base64', base64 of "
+        "raw bytes; at most {max_write} once decoded. Paths are relative to {root} or "
+        "absolute under it. Returns path and bytes_written."
+    ),
+    schema=_write_schema,
+    run=_write_file,
+    read_only=False,
+    destructive=True,
+    idempotent=True,
+    needs="sandboxes",
+)

@@ -1,0 +1,390 @@
+"""The configuration of `sandboxkit mcp`: a TOML file the operator writes, never the model.
+
+The file names the sandboxes the model may use (each: `sandbox_key`, `domain`, and its access
+token, inline as `access_token` or, better, `access_token_env` naming an environment
+variable), the local `workspace` for copies, the sandbox `root`, `templates` on or off,
+`data_plane_scheme`, the console (`base_url`, and `api_key_env` naming the variable that holds
+the API key) and `[limits]` (`ToolLimits` fields). What the file leaves out comes from the
+environment (`SANDBOXKIT_API_KEY`, `SANDBOXKIT_BASE_URL`, `SANDBOXKIT_DATA_PLANE_SCHEME`).
+
+Example::
+
+    workspace = "~/agent-files"      # relative paths are read from the file's directory
+    templates = false
+
+    [sandboxes.main]
+    sandbox_key = "sbx-1f2e"
+    domain = "eu-1.sandbox.example.com"
+    access_token_env = "MAIN_SANDBOX_TOKEN"
+
+Every problem is a `ConfigError` whose message is one line naming the file and the key, never
+a value: a token in the wrong place is not echoed back.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import ssl as ssl_module
+import stat
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from sandboxkit.client import Client
+from sandboxkit.errors import ValidationError
+
+from . import Toolkit, ToolLimits
+
+__all__ = [
+    "API_KEY_ENV",
+    "BASE_URL_ENV",
+    "CONFIG_ENV",
+    "ConfigError",
+    "McpConfig",
+    "SandboxEntry",
+    "load_config",
+    "toolkit_from_config",
+]
+
+CONFIG_ENV = "SANDBOXKIT_MCP_CONFIG"
+API_KEY_ENV = "SANDBOXKIT_API_KEY"
+BASE_URL_ENV = "SANDBOXKIT_BASE_URL"
+
+_TOP_KEYS = (
+    "api_key_env",
+    "base_url",
+    "data_plane_scheme",
+    "limits",
+    "root",
+    "sandboxes",
+    "templates",
+    "workspace",
+)
+_SANDBOX_KEYS = ("access_token", "access_token_env", "domain", "sandbox_key")
+# A sandbox's name is what the model types: short, plain, no room for a path or a prompt.
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# With the template tools off nothing goes to the console, but a Client needs both; `.invalid`
+# is reserved (RFC 2606), so this address can never reach a host.
+_UNUSED_BASE_URL = "https://console.invalid"
+_UNUSED_API_KEY = "unused-without-template-tools"
+
+
+class ConfigError(Exception):
+    """The configuration cannot be used; the message is one line and shows no secret."""
+
+
+@attrs.frozen
+class SandboxEntry:
+    """One sandbox the server offers, under the name the model uses.
+
+    Args:
+        name: the name tools take (`sandbox` argument).
+        sandbox_key: the sandbox's key.
+        domain: its data-plane domain (may carry a port).
+        access_token: its data-plane token (never shown in a repr).
+    """
+
+    name: str
+    sandbox_key: str
+    domain: str
+    access_token: str = attrs.field(repr=False)
+
+
+@attrs.frozen
+class McpConfig:
+    """What `sandboxkit mcp` serves, resolved from the file and the environment.
+
+    Args:
+        sandboxes: the sandboxes, in the file's order.
+        base_url: the console's URL; None: the control plane is unused (templates off).
+        api_key: the console's key (never shown in a repr); None as for `base_url`.
+        data_plane_scheme: "http" or "https"; None: the SDK's default and environment.
+        workspace: the local directory for copies; None: no copy tools.
+        root: the sandbox directory paths resolve under.
+        templates: whether the template and build tools are offered.
+        limits: the tools' bounds.
+        warnings: one-line notes for the operator (e.g. an inline token in a readable file).
+    """
+
+    sandboxes: tuple[SandboxEntry, ...]
+    base_url: str | None
+    api_key: str | None = attrs.field(repr=False)
+    data_plane_scheme: str | None
+    workspace: Path | None
+    root: str
+    templates: bool
+    limits: ToolLimits
+    warnings: tuple[str, ...] = ()
+
+    def secrets(self) -> tuple[str, ...]:
+        """Every credential held, for scrubbing text that leaves the process."""
+        found = [s.access_token for s in self.sandboxes]
+        if self.api_key:
+            found.append(self.api_key)
+        return tuple(found)
+
+
+def load_config(
+    path: str | os.PathLike[str] | None,
+    environ: Mapping[str, str],
+    *,
+    api_key: str | None = None,
+    base_url: str | None = None,
+) -> McpConfig:
+    """Read and check the configuration.
+
+    Args:
+        path: the TOML file; None: `$SANDBOXKIT_MCP_CONFIG`, else no file (then the only
+            sandbox is the one `SANDBOXKIT_SANDBOX_KEY`/`_DOMAIN`/`_TOKEN` name, if set).
+        environ: the environment to read token variables and fallbacks from.
+        api_key: the key given on the command line (`--api-key`), used when the file names
+            no `api_key_env`.
+        base_url: the console given on the command line, used when the file has none.
+
+    Raises:
+        ConfigError: an unreadable or invalid file, a missing variable, no sandbox.
+    """
+    if path is None:
+        path = environ.get(CONFIG_ENV) or None
+    if path is None:
+        table: dict[str, Any] = {"sandboxes": _sandbox_from_env(environ)}
+        return _Reader("the environment", environ).config(table, None, api_key, base_url)
+    file = Path(path).expanduser()
+    return _Reader(str(file), environ).config(_read(file), file, api_key, base_url)
+
+
+def _read(file: Path) -> dict[str, Any]:
+    try:
+        with file.open("rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError(f"{file}: no such file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{file}: is a directory, not a TOML file") from None
+    except OSError as exc:
+        raise ConfigError(f"{file}: cannot read it ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{file}: not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as exc:
+        # The decoder's message names a line and column, never the text found there.
+        raise ConfigError(f"{file}: not valid TOML: {exc}") from None
+
+
+def _sandbox_from_env(environ: Mapping[str, str]) -> dict[str, Any]:
+    """The sandbox `sandboxkit emulator` exports, as `default`, when no file is given."""
+    names = ("SANDBOXKIT_SANDBOX_KEY", "SANDBOXKIT_SANDBOX_DOMAIN", "SANDBOXKIT_SANDBOX_TOKEN")
+    if not all(environ.get(n) for n in names):
+        raise ConfigError(
+            f"no configuration: pass --config FILE or set {CONFIG_ENV} "
+            "(or SANDBOXKIT_SANDBOX_KEY, _DOMAIN and _TOKEN for one sandbox)"
+        )
+    return {
+        "default": {
+            "sandbox_key": environ[names[0]],
+            "domain": environ[names[1]],
+            "access_token_env": names[2],
+        }
+    }
+
+
+class _Reader:
+    """Checks one table after another, each error naming `where` and the key."""
+
+    def __init__(self, where: str, environ: Mapping[str, str]) -> None:
+        self.where = where
+        self.environ = environ
+        self.notes: list[str] = []
+        self.inline = False  # whether a token is written in the file itself
+
+    def fail(self, what: str) -> ConfigError:
+        return ConfigError(f"{self.where}: {what}")
+
+    def config(
+        self, table: Mapping[str, Any], file: Path | None, api_key: str | None, base_url: str | None
+    ) -> McpConfig:
+        self.known(table, _TOP_KEYS, "")
+        templates = self.boolean(table, "templates", default=True)
+        url = self.text(table, "base_url") or base_url or self.environ.get(BASE_URL_ENV) or None
+        key = self.api_key(table, api_key)
+        if templates and not (url and key):
+            missing = "an API key" if url else "a base URL"
+            raise self.fail(
+                f"the template tools need {missing}: set {API_KEY_ENV} and {BASE_URL_ENV} "
+                "(or api_key_env and base_url in the file), or templates = false"
+            )
+        scheme = self.text(table, "data_plane_scheme")
+        if scheme is not None and scheme not in ("http", "https"):
+            raise self.fail("data_plane_scheme must be 'http' or 'https'")
+        sandboxes = self.sandboxes(table.get("sandboxes"))
+        if file is not None and self.inline:
+            self.check_private(file)
+        return McpConfig(
+            sandboxes=sandboxes,
+            base_url=url if templates else None,
+            api_key=key if templates else None,
+            data_plane_scheme=scheme,
+            workspace=self.workspace(table, file.parent if file is not None else Path.cwd()),
+            root=self.text(table, "root") or "/home/user",
+            templates=templates,
+            limits=self.limits(table.get("limits")),
+            warnings=tuple(self.notes),
+        )
+
+    def known(self, table: Mapping[str, Any], keys: tuple[str, ...], at: str) -> None:
+        for name in table:
+            if name not in keys:
+                raise self.fail(f"unknown key '{at}{name}' (known: {', '.join(keys)})")
+
+    def text(self, table: Mapping[str, Any], name: str, at: str = "") -> str | None:
+        value = table.get(name)
+        if value is None:
+            return None
+        if not isinstance(value, str) or not value.strip():
+            raise self.fail(f"{at}{name} must be a non-empty string")
+        return value.strip()
+
+    def boolean(self, table: Mapping[str, Any], name: str, *, default: bool) -> bool:
+        value = table.get(name, default)
+        if not isinstance(value, bool):
+            raise self.fail(f"{name} must be true or false")
+        return value
+
+    def variable(self, name: str, at: str) -> str:
+        if not _ENV_NAME.match(name):
+            raise self.fail(f"{at} must name an environment variable")
+        value = self.environ.get(name, "").strip()
+        if not value:
+            raise self.fail(f"{at}: environment variable {name} is not set")
+        return value
+
+    def api_key(self, table: Mapping[str, Any], given: str | None) -> str | None:
+        name = self.text(table, "api_key_env")
+        if name is not None:
+            return self.variable(name, "api_key_env")
+        return given or self.environ.get(API_KEY_ENV) or None
+
+    def sandboxes(self, raw: object) -> tuple[SandboxEntry, ...]:
+        if raw is None or raw == {}:
+            raise self.fail("no sandboxes: add a [sandboxes.NAME] table")
+        if not isinstance(raw, Mapping):
+            raise self.fail("sandboxes must be tables: [sandboxes.NAME]")
+        return tuple(self.sandbox(name, entry) for name, entry in raw.items())
+
+    def sandbox(self, name: str, entry: object) -> SandboxEntry:
+        at = f"sandboxes.{name}"
+        if not _NAME.match(name):
+            raise self.fail(f"sandbox name {name!r}: letters, digits, '_', '.', '-' (<= 64)")
+        if not isinstance(entry, Mapping):
+            raise self.fail(f"{at} must be a table")
+        self.known(entry, _SANDBOX_KEYS, f"{at}.")
+        key, domain = (
+            self.text(entry, "sandbox_key", f"{at}."),
+            self.text(entry, "domain", f"{at}."),
+        )
+        if key is None or domain is None:
+            raise self.fail(f"{at} needs sandbox_key and domain")
+        inline, env = entry.get("access_token"), self.text(entry, "access_token_env", f"{at}.")
+        if (inline is None) == (env is None):
+            raise self.fail(f"{at} needs exactly one of access_token and access_token_env")
+        if env is not None:
+            token = self.variable(env, f"{at}.access_token_env")
+        elif isinstance(inline, str) and inline.strip():
+            token, self.inline = inline.strip(), True
+        else:
+            raise self.fail(f"{at}.access_token must be a non-empty string")
+        return SandboxEntry(name=name, sandbox_key=key, domain=domain, access_token=token)
+
+    def workspace(self, table: Mapping[str, Any], base: Path) -> Path | None:
+        value = self.text(table, "workspace")
+        if value is None:
+            return None
+        folder = (base / Path(value).expanduser()).resolve()
+        if not folder.is_dir():
+            raise self.fail(f"workspace {folder} is not a directory")
+        return folder
+
+    def limits(self, raw: object) -> ToolLimits:
+        if raw is None:
+            return ToolLimits()
+        if not isinstance(raw, Mapping):
+            raise self.fail("limits must be a table: [limits]")
+        fields = tuple(sorted(f.name for f in attrs.fields(ToolLimits)))
+        self.known(raw, fields, "limits.")
+        for name, value in raw.items():
+            if not isinstance(value, int | float) or isinstance(value, bool):
+                raise self.fail(f"limits.{name} must be a number")
+        try:
+            return ToolLimits(**raw)
+        except (ValidationError, ValueError, TypeError) as exc:
+            # ToolLimits' own checks name the field and the bound; the values are numbers.
+            raise self.fail(f"limits: {' '.join(str(exc).split())}") from None
+
+    def check_private(self, file: Path) -> None:
+        try:
+            mode = file.stat().st_mode
+        except OSError:
+            return
+        if mode & (stat.S_IRWXG | stat.S_IRWXO):
+            self.notes.append(
+                f"{file} holds an access token and others may read it: chmod 600 it, or "
+                "use access_token_env"
+            )
+
+
+def toolkit_from_config(
+    config: McpConfig, *, ssl: ssl_module.SSLContext | bool = True
+) -> tuple[Client, Toolkit]:
+    """A new `Client` and the `Toolkit` the configuration describes over it; the caller
+    closes the client (`async with client:`).
+
+    Args:
+        config: from `load_config`.
+        ssl: the client's `ssl=` (a context trusting an extra CA, as `--ca-file` gives).
+
+    Raises:
+        ConfigError: a value the SDK refuses (a sandbox key or domain that is not a host
+            name part, a base URL that is not http(s)).
+    """
+    try:
+        client = Client(
+            api_key=config.api_key or _UNUSED_API_KEY,
+            base_url=config.base_url or _UNUSED_BASE_URL,
+            data_plane_scheme=config.data_plane_scheme,
+            ssl=ssl,
+        )
+    except ValidationError as exc:
+        raise ConfigError(f"configuration: {_one_line(exc, config)}") from None
+    sandboxes = {}
+    for entry in config.sandboxes:
+        try:
+            sandboxes[entry.name] = client.sandbox(
+                sandbox_key=entry.sandbox_key, domain=entry.domain, access_token=entry.access_token
+            )
+        except ValidationError as exc:
+            raise ConfigError(f"sandboxes.{entry.name}: {_one_line(exc, config)}") from None
+    try:
+        toolkit = Toolkit(
+            client,
+            sandboxes,
+            workspace=config.workspace,
+            root=config.root,
+            limits=config.limits,
+            templates=config.templates,
+        )
+    except ValidationError as exc:
+        raise ConfigError(f"configuration: {_one_line(exc, config)}") from None
+    return client, toolkit
+
+
+def _one_line(exc: BaseException, config: McpConfig) -> str:
+    """`exc` as one line with every credential of `config` masked (the SDK shows none; this
+    keeps it so whatever a message quotes)."""
+    text = " ".join(str(exc).split())
+    for secret in config.secrets():
+        text = text.replace(secret, "***")
+    return text

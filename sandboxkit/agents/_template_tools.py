@@ -1,0 +1,117 @@
+"""`create_template`: a Template and its first Build, started at once.
+
+There is no tool to start a waiting Build (the split flow), so the Build always comes with
+the Template: its definition is the model's `commands` and `start_cmd` (an empty build when
+none are given). The SDK's idempotency key makes the client's own retries safe; a model
+that retries after an error passes its own `idempotency_key` to get the same Template back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sandboxkit
+
+from ._errors import ErrorCode, ToolError, about
+from ._schema import array_of, integer, obj, string
+from ._tool import Definition, Progress, Setup
+
+__all__ = ["CREATE_TEMPLATE"]
+
+
+def _create_schema(_: Setup) -> dict[str, Any]:
+    return obj(
+        {
+            "name": string(
+                "1-64 characters: letters, digits, '_' or '-'.", minLength=1, maxLength=64
+            ),
+            "cpu_count": integer("vCPUs (with memory_mb and disk_size_mb).", minimum=1),
+            "memory_mb": integer("Memory in MiB.", minimum=1),
+            "disk_size_mb": integer("Disk in MiB.", minimum=1),
+            "product": string(
+                "A preset size (SKU) instead of cpu_count/memory_mb/disk_size_mb.",
+                minLength=1,
+                maxLength=128,
+            ),
+            "commands": array_of(
+                string("A shell command.", maxLength=4096),
+                "Build steps, run in order.",
+                maxItems=100,
+            ),
+            "start_cmd": string("The command sandboxes of it start with.", maxLength=4096),
+            "description": string("At most 256 characters.", maxLength=256),
+            "idc_name": string("The data center; omit for the default.", maxLength=64),
+            "labels": {
+                "type": "object",
+                "description": "String labels for filtering.",
+                "additionalProperties": string("A label value.", maxLength=256),
+                "maxProperties": 64,
+            },
+            "idempotency_key": string(
+                "Optional, 1-64 printable ASCII characters. Calling again with the same key "
+                "and arguments returns the same template instead of making another: reuse "
+                "it when retrying after an error.",
+                minLength=1,
+                maxLength=64,
+            ),
+        },
+        required=("name",),
+    )
+
+
+def _resources(args: dict[str, Any]) -> sandboxkit.CustomResources | sandboxkit.PresetResources:
+    sizes: list[int] = [args[k] for k in ("cpu_count", "memory_mb", "disk_size_mb") if k in args]
+    product = args.get("product")
+    if product is not None and not sizes:
+        return sandboxkit.PresetResources(product=product)
+    if product is None and len(sizes) == 3:
+        cpu, memory, disk = sizes
+        return sandboxkit.CustomResources(cpu_count=cpu, memory_mb=memory, disk_size_mb=disk)
+    raise ToolError(
+        ErrorCode.INVALID_ARGUMENT,
+        "Give either product, or all three of cpu_count, memory_mb and disk_size_mb.",
+    )
+
+
+async def _create_template(
+    setup: Setup, args: dict[str, Any], _: Progress | None
+) -> dict[str, Any]:
+    build: dict[str, Any] = {"commands": list(args.get("commands", ()))}
+    if "start_cmd" in args:
+        build["start_cmd"] = args["start_cmd"]
+    with about(f"Template {args['name']!r}"):
+        created = await setup.client.templates.create(
+            name=args["name"],
+            resources=_resources(args),
+            description=args.get("description"),
+            idc_name=args.get("idc_name"),
+            labels=args.get("labels"),
+            build=build,
+            idempotency_key=args.get("idempotency_key"),
+        )
+    return {
+        "template_id": created.id,
+        "build_id": created.build_id,
+        "status": str(created.status),
+        "replayed": created.replayed,
+        "idempotency_key": created.idempotency_key,
+        "hint": "The build runs now: follow it with wait_for_build or read_build_logs.",
+    }
+
+
+CREATE_TEMPLATE = Definition(
+    name="create_template",
+    title="Create a template",
+    description=(
+        "Create a sandbox template and start its first build at once. Size it with "
+        "cpu_count, memory_mb and disk_size_mb, or with a preset product. commands are the "
+        "build steps. Returns template_id and build_id; follow the build with "
+        "wait_for_build or read_build_logs. Pass an idempotency_key to retry safely."
+    ),
+    schema=_create_schema,
+    run=_create_template,
+    read_only=False,
+    destructive=False,
+    idempotent=False,
+    needs="templates",
+)

@@ -1,0 +1,254 @@
+"""`Toolkit`: the tools a model may call on a client and the application's sandboxes.
+
+`call` is the one way in: it finds the tool, checks the arguments against the tool's schema
+(model input is hostile), runs it, and makes every failure a `ToolError`. Cancellation
+passes through untouched. Anything unexpected becomes `internal`, with a generic message
+for the model and the details in the application's log (`sandboxkit.agents`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import traceback
+import unicodedata
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import sandboxkit
+
+from ..errors import ValidationError
+from ._build_tools import GET_BUILD, LIST_BUILDS, READ_BUILD_LOGS, WAIT_FOR_BUILD
+from ._copy_tools import DOWNLOAD_FILE, UPLOAD_FILE
+from ._errors import ErrorCode, ToolError
+from ._file_tools import READ_FILE, WRITE_FILE
+from ._paths import check_root
+from ._schema import obj, validate
+from ._template_tools import CREATE_TEMPLATE
+from ._tool import Definition, Progress, Run, Setup, Tool, ToolLimits
+
+__all__ = ["DEFAULT_LIMITS", "DEFINITIONS", "Toolkit"]
+
+logger = logging.getLogger("sandboxkit.agents")
+
+DEFAULT_LIMITS = ToolLimits()  # frozen: one shared default is safe
+
+
+def _list_schema(_: Setup) -> dict[str, Any]:
+    return obj({})
+
+
+async def _list_sandboxes(setup: Setup, args: dict[str, Any], _: Progress | None) -> dict[str, Any]:
+    # Names only: a sandbox's key, domain and token are the application's, never the model's.
+    return {
+        "sandboxes": [{"name": name, "root": setup.root} for name in setup.sandboxes],
+        "workspace": setup.workspace is not None,
+    }
+
+
+LIST_SANDBOXES = Definition(
+    name="list_sandboxes",
+    title="List sandboxes",
+    description=(
+        "List the sandboxes these tools may use, by name, with the directory their file "
+        "paths resolve under; and whether a local workspace is there for upload_file and "
+        "download_file."
+    ),
+    schema=_list_schema,
+    run=_list_sandboxes,
+    read_only=True,
+    destructive=False,
+    idempotent=True,
+    needs="nothing",
+)
+
+# Every tool, in the order a model is shown them.
+DEFINITIONS: tuple[Definition, ...] = (
+    LIST_SANDBOXES,
+    READ_FILE,
+    WRITE_FILE,
+    UPLOAD_FILE,
+    DOWNLOAD_FILE,
+    CREATE_TEMPLATE,
+    LIST_BUILDS,
+    GET_BUILD,
+    READ_BUILD_LOGS,
+    WAIT_FOR_BUILD,
+)
+
+
+def _check_names(sandboxes: Any) -> dict[str, sandboxkit.Sandbox]:
+    if not isinstance(sandboxes, Mapping):
+        raise ValidationError("sandboxes must map names to sandboxkit.Sandbox handles")
+    out: dict[str, sandboxkit.Sandbox] = {}
+    for name, sandbox in sandboxes.items():
+        if (
+            not isinstance(name, str)
+            or not 1 <= len(name) <= 64
+            or any(unicodedata.category(c)[0] in "CZ" and c != " " for c in name)
+        ):
+            raise ValidationError(
+                f"sandbox name {name!r}: must be 1-64 printable characters (a model types it)"
+            )
+        if not isinstance(sandbox, sandboxkit.Sandbox):
+            raise ValidationError(f"sandboxes[{name!r}] must be a sandboxkit.Sandbox")
+        out[name] = sandbox
+    return out
+
+
+def _check_workspace(workspace: Any) -> Path | None:
+    if workspace is None:
+        return None
+    if not isinstance(workspace, str | os.PathLike):
+        raise ValidationError("workspace must be a directory path or None")
+    real = Path(os.path.realpath(os.fspath(workspace)))
+    if not real.is_dir():
+        raise ValidationError("workspace must be an existing directory")
+    return real
+
+
+def _where(exc: BaseException) -> str:
+    """An unexpected exception for the log: its type and where it was raised (the frames'
+    places and lines, the chain's types), never its text, which could quote anything."""
+    parts: list[str] = []
+    seen: BaseException | None = exc
+    while seen is not None and len(parts) < 5:
+        frames = "".join(traceback.format_tb(seen.__traceback__))
+        parts.append(f"{type(seen).__module__}.{type(seen).__qualname__}\n{frames}")
+        seen = seen.__cause__ or seen.__context__
+    return "\ncaused while handling ".join(parts)
+
+
+class Toolkit:
+    """The tools a model may call, over one client and the sandboxes the application gives.
+
+    Every tool is checked against its schema before it runs; sandbox paths stay under
+    `root`, local paths in `workspace`; reads, writes, copies, log pages and waits are
+    bounded by `limits`. No tool shows a credential: sandboxes are known by the names given
+    here.
+
+    Args:
+        client: the client every tool calls through (its retry policy applies).
+        sandboxes: the sandboxes a model may use, by the names it will call them.
+        workspace: the local directory `upload_file` and `download_file` copy from and
+            to; None: those two tools are absent.
+        root: the sandbox directory paths resolve under, and may not leave.
+        limits: the bounds.
+        templates: False leaves out the template and build tools.
+
+    Raises:
+        ValidationError: a client, sandbox, name, workspace or root that is not usable.
+
+    Example::
+
+        kit = Toolkit(client, {"dev": sandbox}, workspace="out")
+        tools = [tool.to_openai() for tool in kit.tools]
+        result = await kit.call("read_file", {"sandbox": "dev", "path": "notes.txt"})
+    """
+
+    def __init__(
+        self,
+        client: sandboxkit.Client,
+        sandboxes: Mapping[str, sandboxkit.Sandbox],
+        *,
+        workspace: str | os.PathLike[str] | None = None,
+        root: str = "/home/user",
+        limits: ToolLimits = DEFAULT_LIMITS,
+        templates: bool = True,
+    ) -> None:
+        if not isinstance(client, sandboxkit.Client):
+            raise ValidationError("client must be a sandboxkit.Client")
+        if not isinstance(limits, ToolLimits):
+            raise ValidationError("limits must be a sandboxkit.agents.ToolLimits")
+        self._setup = Setup(
+            client=client,
+            sandboxes=_check_names(sandboxes),
+            root=check_root(root),
+            workspace=_check_workspace(workspace),
+            limits=limits,
+        )
+        present = {
+            "nothing": True,
+            "sandboxes": bool(self._setup.sandboxes),
+            "workspace": bool(self._setup.sandboxes) and self._setup.workspace is not None,
+            "templates": bool(templates),
+        }
+        chosen = [d for d in DEFINITIONS if present[d.needs]]
+        self._tools = tuple(d.tool(self._setup) for d in chosen)
+        self._runs: dict[str, tuple[Tool, Run]] = {
+            tool.name: (tool, d.run) for tool, d in zip(self._tools, chosen, strict=True)
+        }
+
+    def __repr__(self) -> str:
+        names = [t.name for t in self._tools]
+        return f"Toolkit(tools={names!r}, sandboxes={list(self._setup.sandboxes)!r})"
+
+    @property
+    def tools(self) -> tuple[Tool, ...]:
+        """The tools, in the order a model should be shown them."""
+        return self._tools
+
+    async def call(
+        self,
+        name: str,
+        arguments: Mapping[str, Any] | None,
+        *,
+        progress: Callable[[int, int | None], None] | None = None,
+    ) -> dict[str, Any]:
+        """Run tool `name` with a model's `arguments`; its result, ready for `json.dumps`.
+
+        Args:
+            name: the tool's name.
+            arguments: the model's arguments (a JSON object; None stands for `{}`),
+                checked against the tool's schema; missing ones get their defaults.
+            progress: for `upload_file` and `download_file`, called as
+                `progress(bytes_done, total_or_None)` as bytes move.
+
+        Raises:
+            ToolError: any failure, with a code, a message for the model and `retryable`.
+                Cancellation (`asyncio.CancelledError`) passes through.
+        """
+        found = self._runs.get(name) if isinstance(name, str) else None
+        if found is None:
+            known = ", ".join(t.name for t in self._tools)
+            shown = repr(name) if len(repr(name)) <= 60 else repr(name)[:57] + "..."
+            raise ToolError(
+                ErrorCode.INVALID_ARGUMENT, f"No tool is named {shown}. The tools: {known}."
+            )
+        tool, run = found
+        if arguments is None:  # a tool without arguments may be called with none at all
+            arguments = {}
+        try:
+            # An unknown sandbox is told as such, before its name fails the schema's enum.
+            sandbox = arguments.get("sandbox") if isinstance(arguments, Mapping) else None
+            if isinstance(sandbox, str) and "sandbox" in tool.input_schema["properties"]:
+                self._setup.sandbox(sandbox)
+            args = validate(tool.input_schema, arguments)
+            result = await run(self._setup, args, progress)
+        except ToolError as error:
+            logger.debug("tool %s failed: %s", name, error.code.value)
+            scrubbed = self._scrubbed(error)
+            if scrubbed is error:
+                raise
+            raise scrubbed from error.__cause__
+        except Exception as exc:
+            # No model should read what this is; the application's developers should.
+            logger.error("tool %s: unexpected %s", name, _where(exc))
+            raise ToolError(
+                ErrorCode.INTERNAL,
+                f"{name} failed on an internal error; it was logged for the application's "
+                "developers. Retrying will not help.",
+                retryable=False,
+            ) from None
+        logger.debug("tool %s: ok", name)
+        return result
+
+    def _scrubbed(self, error: ToolError) -> ToolError:
+        """`error` with the workspace's absolute path (which an SDK message may hold) shown
+        as `<workspace>`: the model knows the workspace only by relative paths."""
+        workspace = self._setup.workspace
+        if workspace is None or str(workspace) not in error.message:
+            return error
+        message = error.message.replace(str(workspace), "<workspace>")
+        return ToolError(error.code, message, retryable=error.retryable)
