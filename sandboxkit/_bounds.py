@@ -256,16 +256,9 @@ class PageState(ResumeState):
         self.done = True  # the page ends at the file's end: what is held, maybe nothing
         return DONE
 
-    def on_chunk(self, size: int) -> tuple[int, int]:
-        """`ResumeState.on_chunk`, skipping the bytes before the first one not held."""
-        keep = size
-        if self._expected_end is not None and self.position + size > self._expected_end:
-            keep = max(0, self._expected_end - self.position)
-            self._overflow = True
-        skip = min(keep, max(0, self.high_water - self.position))
-        self.position += keep
-        self.high_water = max(self.high_water, self.position)
-        return skip, keep
+    def skips_held(self) -> bool:
+        """A page's sink is memory, which never takes back bytes: those held are skipped."""
+        return True
 
     def on_body_end(self) -> Decision:
         if self._overflow:

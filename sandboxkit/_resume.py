@@ -370,6 +370,11 @@ class ResumeState:
             f"{'of unknown size' if size is None else f'{size} bytes long'}"
         )
 
+    def skips_held(self) -> bool:
+        """Whether bytes held already are dropped when an answer carries them again (a
+        stream's consumer saw them) rather than written again (a file rewrites them)."""
+        return self.mode == "stream"
+
     def on_chunk(self, size: int) -> tuple[int, int]:
         """Account for `size` body bytes; returns `(skip, keep)`: pass on `chunk[skip:keep]`.
 
@@ -381,7 +386,7 @@ class ResumeState:
             keep = max(0, self._expected_end - self.position)
             self._overflow = True
         skip = 0
-        if self.mode == "stream":
+        if self.skips_held():
             skip = min(keep, max(0, self.high_water - self.position))
         self.position += keep
         self.high_water = max(self.high_water, self.position)
