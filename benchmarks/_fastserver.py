@@ -6,8 +6,8 @@ tokens are `_server.token_for`, computed once per host, not per request). Enough
 for the three clients of case 9 and no more: request heads are read up to their blank
 line, bodies are not expected, pipelined requests are answered in order. Anything it does
 not understand gets a 400 and a close. Speaks `_server.ServerProcess`'s protocol: one JSON
-line when ready, then one answer per command (`requests` counts what it served since the
-last time it was asked).
+line when ready, then one answer per command (`requests` counts what it served and the
+connections it accepted since the last time it was asked).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ class _Files(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
+        self._server.connects += 1
 
     def data_received(self, data: bytes) -> None:
         buffer = self._buffer + data if self._buffer else data
@@ -57,6 +58,7 @@ class _Server:
     def __init__(self, payload: bytes, tokens: dict[bytes, bytes]) -> None:
         self.tokens = tokens
         self.served = 0
+        self.connects = 0
         self._ok = (
             b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
             b"Accept-Ranges: bytes\r\nContent-Length: %d\r\n\r\n" % len(payload)
@@ -95,7 +97,8 @@ async def _serve(config: dict[str, Any]) -> None:
     def handle(command: dict[str, Any]) -> dict[str, Any]:
         if command.get("cmd") == "requests":
             served, server.served = server.served, 0
-            return {"served": served}
+            connects, server.connects = server.connects, 0
+            return {"served": served, "connects": connects}
         return {"error": f"unknown command {command.get('cmd')!r}"}
 
     await _command_loop(handle)

@@ -66,7 +66,8 @@ async def run(requests: int, hosts: int, concurrency: int, rounds: int) -> CaseR
                 served_before = server.cpu_seconds()
                 sample = await asyncio.to_thread(_child, {**job, "kind": KINDS[name]})
                 sample["server_cpu"] = server.cpu_seconds() - served_before
-                sample["served"] = (await server.command("requests"))["served"]
+                counts = await server.command("requests")
+                sample["served"], sample["connects"] = counts["served"], counts["connects"]
                 samples[name].append(sample)
     reference = samples[CONTENDERS[1]]
     rows = []
@@ -80,6 +81,7 @@ async def run(requests: int, hosts: int, concurrency: int, rounds: int) -> CaseR
                 "x_wall": _paired(runs, reference, "wall"),
                 "x_cpu": _paired(runs, reference, "cpu"),
                 "server_load": median([s["server_cpu"] / s["wall"] for s in runs]),
+                "connects": median([s["connects"] for s in runs]),
                 "errors": sum(s["errors"] for s in runs),
             }
         )
@@ -96,6 +98,7 @@ async def run(requests: int, hosts: int, concurrency: int, rounds: int) -> CaseR
             Column("x_wall", "x wall vs aiohttp", "{:.2f}"),
             Column("x_cpu", "x CPU vs aiohttp", "{:.2f}"),
             Column("server_load", "server CPU / wall", "{:.2f}"),
+            Column("connects", "connects", "{:.0f}"),
             Column("errors", "errors", "{:.0f}"),
         ],
         rows=rows,
