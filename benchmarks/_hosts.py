@@ -15,13 +15,12 @@ The server counts the connections it accepts (the connects each contender paid f
 
 from __future__ import annotations
 
-import asyncio
 import random
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
-from _measure import Contender, MiB, median, paired_ratio, paired_rounds
+from _measure import Contender, MiB, fan_out, median, paired_ratio, paired_rounds
 from _report import CaseResult, Column, target
 from _server import ServerProcess, token_for
 
@@ -32,6 +31,8 @@ SMALL = "/home/user/small.bin"
 SMALL_SIZE = 16 * 1024
 SERVER = "minimal aiohttp.web (benchmarks/_server.py), virtual hosts, file served from memory"
 PER_HOST = 8
+# A read that fails this way counts as an error; anything else is the benchmark's own bug.
+FAILURES = (sandboxkit.SandboxKitError, aiohttp.ClientError, OSError)
 
 
 async def run(downloads: int, hosts: int, concurrency: int, rounds: int, work: Path) -> CaseResult:
@@ -49,26 +50,6 @@ async def run(downloads: int, hosts: int, concurrency: int, rounds: int, work: P
         info = server.info
         tokens = [token_for(info["secret"], key) for key in keys]
         domain = info["domain"]
-
-        async def fan_out(fetch: Callable[[int], Awaitable[bytes]]) -> float:
-            errors = 0
-            position = 0
-
-            async def worker() -> None:
-                nonlocal errors, position
-                while position < len(order):
-                    host = order[position]
-                    position += 1
-                    try:
-                        if await fetch(host) != content:
-                            errors += 1
-                    except (sandboxkit.SandboxKitError, aiohttp.ClientError, OSError):
-                        errors += 1
-
-            async with asyncio.TaskGroup() as group:
-                for _ in range(concurrency):
-                    group.create_task(worker())
-            return errors
 
         async def connections() -> dict[str, float]:
             counts = await server.command("connections")
@@ -97,7 +78,7 @@ async def run(downloads: int, hosts: int, concurrency: int, rounds: int, work: P
                     async def fetch(host: int) -> bytes:
                         return await handles[host].files.read_bytes(SMALL)
 
-                    errors = await fan_out(fetch)
+                    errors = await fan_out(order, concurrency, fetch, content, FAILURES)
                     pools = client._transport.hosts
                     evicted = pools.evicted
                 return {
@@ -124,7 +105,7 @@ async def run(downloads: int, hosts: int, concurrency: int, rounds: int, work: P
                         response.raise_for_status()
                         return await response.read()
 
-                errors = await fan_out(fetch)
+                errors = await fan_out(order, concurrency, fetch, content, FAILURES)
             return {
                 "errors": errors,
                 "bound": float("nan"),

@@ -13,6 +13,7 @@ round saw about the same machine.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import os
@@ -24,10 +25,11 @@ import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 MiB = 1 << 20
 GiB = 1 << 30
+S = TypeVar("S")
 
 # On a VM with free page reporting (virtio-balloon), memory freed for a moment is handed
 # back to the host, and the next write into fresh page cache faults it in again: 512 MiB
@@ -205,7 +207,7 @@ def median(values: Sequence[float]) -> float:
 
 
 def paired_ratio(
-    samples: Sequence[Sample], reference: Sequence[Sample], value: Callable[[Sample], float]
+    samples: Sequence[S], reference: Sequence[S], value: Callable[[S], float]
 ) -> float:
     """Median over rounds of value(contender) / value(reference) in the same round."""
     ratios = [value(a) / value(b) for a, b in zip(samples, reference, strict=True) if value(b) != 0]
@@ -235,3 +237,32 @@ def describe_machine() -> dict[str, Any]:
         "httpx": httpx_version,
         "sandboxkit": getattr(sandboxkit, "__version__", "?"),
     }
+
+
+async def fan_out(
+    order: Sequence[int],
+    concurrency: int,
+    fetch: Callable[[int], Awaitable[bytes]],
+    content: bytes,
+    failures: tuple[type[BaseException], ...] = (Exception,),
+) -> int:
+    """Read `fetch(host)` for each host in `order`, `concurrency` at a time (workers taking
+    the next host as they free up); returns how many reads failed or came back wrong."""
+    errors = 0
+    position = 0
+
+    async def worker() -> None:
+        nonlocal errors, position
+        while position < len(order):
+            host = order[position]
+            position += 1
+            try:
+                if await fetch(host) != content:
+                    errors += 1
+            except failures:
+                errors += 1
+
+    async with asyncio.TaskGroup() as group:
+        for _ in range(concurrency):
+            group.create_task(worker())
+    return errors

@@ -26,12 +26,11 @@ import resource
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-from _measure import median
+from _measure import fan_out, median, paired_ratio
 from _report import CaseResult, Column, target
 from _server import ServerProcess, token_for
 
@@ -78,8 +77,8 @@ async def run(requests: int, hosts: int, concurrency: int, rounds: int) -> CaseR
                 "wall_s": median([s["wall"] for s in runs]),
                 "per_s": median([requests / s["wall"] for s in runs]),
                 "cpu_ms_per_1000": median([s["cpu"] / requests * 1e6 for s in runs]),
-                "x_wall": _paired(runs, reference, "wall"),
-                "x_cpu": _paired(runs, reference, "cpu"),
+                "x_wall": paired_ratio(runs, reference, lambda s: s["wall"]),
+                "x_cpu": paired_ratio(runs, reference, lambda s: s["cpu"]),
                 "server_load": median([s["server_cpu"] / s["wall"] for s in runs]),
                 "connects": median([s["connects"] for s in runs]),
                 "errors": sum(s["errors"] for s in runs),
@@ -122,11 +121,6 @@ async def run(requests: int, hosts: int, concurrency: int, rounds: int) -> CaseR
     )
 
 
-def _paired(runs: list[dict[str, float]], reference: list[dict[str, float]], key: str) -> float:
-    """The median over rounds of a contender's figure over raw aiohttp's in the same round."""
-    return median([run[key] / ref[key] for run, ref in zip(runs, reference, strict=True)])
-
-
 def _child(job: dict[str, Any]) -> dict[str, float]:
     done = subprocess.run(
         [sys.executable, str(Path(__file__)), json.dumps(job)],
@@ -152,29 +146,6 @@ def _work(job: dict[str, Any]) -> tuple[list[int], list[str], list[str], bytes]:
     return order, keys, tokens, content
 
 
-async def _fan_out(
-    order: list[int], concurrency: int, fetch: Callable[[int], Awaitable[bytes]], content: bytes
-) -> int:
-    errors = 0
-    position = 0
-
-    async def worker() -> None:
-        nonlocal errors, position
-        while position < len(order):
-            host = order[position]
-            position += 1
-            try:
-                if await fetch(host) != content:
-                    errors += 1
-            except Exception:
-                errors += 1
-
-    async with asyncio.TaskGroup() as group:
-        for _ in range(concurrency):
-            group.create_task(worker())
-    return errors
-
-
 async def _sdk(job: dict[str, Any]) -> int:
     order, keys, tokens, content = _work(job)
     async with sandboxkit.Client(
@@ -191,7 +162,7 @@ async def _sdk(job: dict[str, Any]) -> int:
         async def fetch(host: int) -> bytes:
             return await handles[host].read_bytes(SMALL)
 
-        return await _fan_out(order, job["concurrency"], fetch, content)
+        return await fan_out(order, job["concurrency"], fetch, content)
 
 
 async def _aiohttp(job: dict[str, Any]) -> int:
@@ -212,7 +183,7 @@ async def _aiohttp(job: dict[str, Any]) -> int:
             return await response.read()
 
     try:
-        return await _fan_out(order, job["concurrency"], fetch, content)
+        return await fan_out(order, job["concurrency"], fetch, content)
     finally:
         for session in sessions.values():
             await session.close()
@@ -297,7 +268,7 @@ async def _floor(job: dict[str, Any]) -> int:
             return body
 
     try:
-        return await _fan_out(order, job["concurrency"], fetch, content)
+        return await fan_out(order, job["concurrency"], fetch, content)
     finally:
         for pool in idle.values():
             for connection in pool:
