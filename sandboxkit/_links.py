@@ -15,6 +15,8 @@ import socket
 import struct
 from typing import Any
 
+import attrs
+
 __all__ = ["UNKNOWN", "LinkInfo", "link_info"]
 
 # struct tcp_info (linux/tcp.h): eight u8 fields, then u32s; tcpi_rtt, in microseconds, is
@@ -24,18 +26,13 @@ _TCP_INFO_SIZE = 104
 _TCP_INFO = getattr(socket, "TCP_INFO", None)
 
 
+@attrs.frozen
 class LinkInfo:
     """`rtt`: the smoothed round-trip time in seconds, or None where the platform does not
     tell it; `loopback`: the peer's address is this machine's."""
 
-    __slots__ = ("loopback", "rtt")
-
-    def __init__(self, rtt: float | None, loopback: bool) -> None:
-        self.rtt = rtt
-        self.loopback = loopback
-
-    def __repr__(self) -> str:
-        return f"LinkInfo(rtt={self.rtt!r}, loopback={self.loopback!r})"
+    rtt: float | None
+    loopback: bool
 
 
 UNKNOWN = LinkInfo(None, False)
