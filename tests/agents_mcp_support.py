@@ -1,5 +1,6 @@
 """Helpers for the MCP server's tests: a data plane that stalls mid-body, a toolkit wrapper
-that tells when a call has ended, and a walk of everything a client was sent."""
+that tells when a call has ended, a tool result's JSON, and a walk of everything a client
+was sent."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import asyncio
 import json
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+import mcp_types as types
 
 from sandboxkit.agents import Tool, Toolkit
 
@@ -67,6 +70,15 @@ class Watched:
             self.ended.set()
         self.outcomes.append(None)
         return value
+
+
+def answer(result: types.CallToolResult) -> Any:
+    """The result's JSON text, checked to be its structuredContent too."""
+    [block] = result.content
+    assert isinstance(block, types.TextContent)
+    value = json.loads(block.text)
+    assert result.structured_content == value
+    return value
 
 
 def leaks(texts: Iterable[str], secrets: Iterable[str]) -> list[str]:

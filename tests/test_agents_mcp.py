@@ -24,7 +24,7 @@ from sandboxkit.agents import Toolkit
 from sandboxkit.agents._mcp import build_server, worth_sending
 from sandboxkit.emulator import Emulator
 
-from .agents_mcp_support import StallingDataPlane, Watched, dumped, leaks
+from .agents_mcp_support import StallingDataPlane, Watched, answer, dumped, leaks
 from .reliability_support import settle
 
 SIZE = 2 * 2**20
@@ -48,7 +48,7 @@ async def mcp_kit(emulator: Emulator, emulator_client: sandboxkit.Client, tmp_pa
     """A toolkit over one emulator sandbox (`dev`) with a local workspace."""
     body = await emulator.create_sandbox()
     data = body["data"]
-    token = data.get("sandbox_access_token") or body["sandbox_access_token"]
+    token = data["sandbox_access_token"]
     workspace = tmp_path / "workspace"
     workspace.mkdir()
     sandboxes = {"dev": emulator_client.sandbox_from_response(body)}
@@ -63,15 +63,6 @@ def connect(source: Any, mode: str = "legacy", **options: Any) -> mcp.Client:
     Entered in each test's own body: the client's task group must be left by the task that
     entered it, which a pytest-asyncio fixture does not promise."""
     return mcp.Client(build_server(source), mode=mode, **options)
-
-
-def answer(result: types.CallToolResult) -> Any:
-    """The result's JSON text, checked to be its structuredContent too."""
-    [block] = result.content
-    assert isinstance(block, types.TextContent)
-    value = json.loads(block.text)
-    assert result.structured_content == value
-    return value
 
 
 class Progress:

@@ -24,7 +24,7 @@ from mcp_types.version import LATEST_HANDSHAKE_VERSION
 
 from sandboxkit.emulator import Emulator
 
-from .agents_mcp_support import dumped, leaks
+from .agents_mcp_support import answer, dumped, leaks
 
 # No real wait: bounds on a child process that answers at once when it works.
 PATIENCE = 60
@@ -48,7 +48,7 @@ async def mcp_served(tmp_path: Path) -> AsyncIterator[Served]:
     async with Emulator(domain="localhost") as emu:
         body = await emu.create_sandbox()
         data = body["data"]
-        token = data.get("sandbox_access_token") or body["sandbox_access_token"]
+        token = data["sandbox_access_token"]
         workspace = tmp_path / "workspace"
         workspace.mkdir()
         config = tmp_path / "mcp.toml"
@@ -74,6 +74,23 @@ async def mcp_served(tmp_path: Path) -> AsyncIterator[Served]:
 
 def command(mcp_served: Served) -> list[str]:
     return ["-m", "sandboxkit", "mcp", "--config", str(mcp_served.config)]
+
+
+async def spawn(
+    mcp_served: Served, *extra: str, stdin: int | None = None
+) -> asyncio.subprocess.Process:
+    """`sandboxkit mcp` (with `extra` arguments) as a child of this test's loop, which serves
+    its emulator: output on pipes, and only the served variables and a PATH in its
+    environment."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        *command(mcp_served),
+        *extra,
+        stdin=stdin,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**mcp_served.env, "PATH": "/usr/bin:/bin"},
+    )
 
 
 async def test_the_stdio_server_serves_the_tools_and_never_shows_a_credential(
@@ -133,14 +150,7 @@ async def _exchange(process: asyncio.subprocess.Process, message: dict[str, Any]
 async def test_stdout_carries_only_protocol_and_eof_ends_the_server(mcp_served: Served) -> None:
     """Every line the server writes on stdout is a JSON-RPC message, its notes go to stderr,
     and closing stdin ends it with status 0."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        *command(mcp_served),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={**mcp_served.env, "PATH": "/usr/bin:/bin"},
-    )
+    process = await spawn(mcp_served, stdin=asyncio.subprocess.PIPE)
     assert process.stdin is not None and process.stdout is not None
     hello = {
         "protocolVersion": LATEST_HANDSHAKE_VERSION,
@@ -177,17 +187,7 @@ async def test_the_http_server_answers_on_loopback_and_refuses_a_foreign_host(
     tool call works over it, a request naming another Host is refused (DNS rebinding), and
     Ctrl-C stops it with 130; its log shows no credential."""
     (mcp_served.home / "hello.txt").write_text("over http")
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        *command(mcp_served),
-        "--transport",
-        "http",
-        "--port",
-        "0",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={**mcp_served.env, "PATH": "/usr/bin:/bin"},
-    )
+    process = await spawn(mcp_served, "--transport", "http", "--port", "0")
     assert process.stderr is not None
     log: list[str] = []
     try:
@@ -213,15 +213,8 @@ async def test_the_http_server_answers_on_loopback_and_refuses_a_foreign_host(
         if process.returncode is None:
             process.kill()
             await process.wait()
-    assert not read.is_error and answer_of(read) == read.structured_content
-    assert read.structured_content["content"] == "over http"
+    assert not read.is_error and answer(read)["content"] == "over http"
     assert process.returncode == 130 and out == b""
     text = "".join(log) + err.decode()
     assert "sandboxkit mcp: serving" in text
     assert leaks([text, *dumped([read])], mcp_served.secrets) == []
-
-
-def answer_of(result: types.CallToolResult) -> Any:
-    [block] = result.content
-    assert isinstance(block, types.TextContent)
-    return json.loads(block.text)

@@ -66,6 +66,11 @@ def _build_id() -> dict[str, Any]:
     return string("The build's id (create_template or list_builds returns it).", **_ID)
 
 
+def _build_subject(args: dict[str, Any]) -> str:
+    """What an error about the `template_id` and `build_id` arguments' build is about."""
+    return f"Build {args['build_id']!r} of template {args['template_id']!r}"
+
+
 # -- list_builds, get_build -----------------------------------------------------------------
 
 
@@ -124,10 +129,9 @@ def _get_schema(_: Setup) -> dict[str, Any]:
 
 
 async def _get_build(setup: Setup, args: dict[str, Any], _: Progress | None) -> dict[str, Any]:
-    template_id, build_id = args["template_id"], args["build_id"]
-    subject = f"Build {build_id!r} of template {template_id!r}"
+    subject = _build_subject(args)
     with about(subject):
-        build = await setup.client.templates.get_build(template_id, build_id)
+        build = await setup.client.templates.get_build(args["template_id"], args["build_id"])
     if build is None:
         raise ToolError(ErrorCode.NOT_FOUND, f"{subject}: not found.")
     return {"build": build_json(build, setup.limits.max_log_line)}
@@ -179,7 +183,7 @@ async def _read_build_logs(
     template_id, build_id = args["template_id"], args["build_id"]
     offset, limit = args["offset"], args["limit"]
     entries: list[Any] = []
-    with about(f"Build {build_id!r} of template {template_id!r}"):
+    with about(_build_subject(args)):
         # One entry more than asked says whether more exist, without another request when
         # it comes in the same answer.
         stream = setup.client.templates.build_logs(
@@ -264,7 +268,7 @@ def _wait_schema(setup: Setup) -> dict[str, Any]:
 async def _wait_for_build(setup: Setup, args: dict[str, Any], _: Progress | None) -> dict[str, Any]:
     template_id, build_id, timeout = args["template_id"], args["build_id"], args["timeout"]
     cap = setup.limits.max_log_line
-    with about(f"Build {build_id!r} of template {template_id!r}"):
+    with about(_build_subject(args)):
         try:
             build = await setup.client.templates.wait_for_build(
                 template_id, build_id, timeout=float(timeout)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ._errors import ErrorCode, ToolError, about
-from ._file_tools import path_arg, sandbox_arg
+from ._file_tools import file_subject, path_arg, sandbox_arg, sandbox_file
 from ._paths import local_dest, local_source
 from ._schema import obj, string
 from ._tool import Definition, Progress, Setup
@@ -50,9 +50,7 @@ def _upload_schema(setup: Setup) -> dict[str, Any]:
 async def _upload_file(
     setup: Setup, args: dict[str, Any], progress: Progress | None
 ) -> dict[str, Any]:
-    name = args["sandbox"]
-    files = setup.sandbox(name).files
-    path = setup.remote(args["path"])
+    name, sandbox, path = sandbox_file(setup, args)
     limits = setup.limits
     source = local_source(args["local_path"], _workspace(setup), limits.max_path_length)
     with source.handle:
@@ -60,7 +58,7 @@ async def _upload_file(
             raise _too_large(f"Local file {source.shown!r}", source.size, limits.max_copy)
         hints = {ErrorCode.NOT_FOUND: "Its directory must exist in the sandbox first."}
         with about(f"Uploading {source.shown!r} to {path} in sandbox {name!r}", hints):
-            await files.upload(path, source.handle, progress=progress)
+            await sandbox.files.upload(path, source.handle, progress=progress)
     return {"sandbox": name, "local_path": source.shown, "path": path, "bytes": source.size}
 
 
@@ -105,12 +103,11 @@ def _download_schema(setup: Setup) -> dict[str, Any]:
 async def _download_file(
     setup: Setup, args: dict[str, Any], progress: Progress | None
 ) -> dict[str, Any]:
-    name = args["sandbox"]
-    files = setup.sandbox(name).files
-    path = setup.remote(args["path"])
+    name, sandbox, path = sandbox_file(setup, args)
     limits = setup.limits
     dest, shown = local_dest(args["local_path"], _workspace(setup), limits.max_path_length)
     cap = limits.max_copy
+    subject = file_subject(path, name)
 
     def watch(done: int, total: int | None) -> None:
         # Called as bytes arrive, on the loop: the announced size is known at the first
@@ -124,10 +121,10 @@ async def _download_file(
             progress(done, total)
 
     try:
-        with about(f"File {path} in sandbox {name!r}"):
-            result = await files.download(path, dest, progress=watch)
+        with about(subject):
+            result = await sandbox.files.download(path, dest, progress=watch)
     except _OverCap as exc:
-        raise _too_large(f"File {path} in sandbox {name!r}", exc.size, cap) from None
+        raise _too_large(subject, exc.size, cap) from None
     return {
         "sandbox": name,
         "path": path,

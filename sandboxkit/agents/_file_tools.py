@@ -11,13 +11,25 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Mapping
 from typing import Any
 
+import sandboxkit
+
+from ..models import FileRange, TextPage
 from ._errors import ErrorCode, ToolError, about
 from ._schema import integer, obj, string
 from ._tool import Definition, Progress, Setup
 
-__all__ = ["MAX_OFFSET", "READ_FILE", "WRITE_FILE", "path_arg", "sandbox_arg"]
+__all__ = [
+    "MAX_OFFSET",
+    "READ_FILE",
+    "WRITE_FILE",
+    "file_subject",
+    "path_arg",
+    "sandbox_arg",
+    "sandbox_file",
+]
 
 # JSON's exact integer range: an offset past it is no file's.
 MAX_OFFSET = (1 << 53) - 1
@@ -40,12 +52,20 @@ def path_arg(setup: Setup, what: str) -> dict[str, Any]:
     )
 
 
+def sandbox_file(setup: Setup, args: Mapping[str, Any]) -> tuple[str, sandboxkit.Sandbox, str]:
+    """The `sandbox` and `path` arguments: the sandbox's name, its handle (`unknown_sandbox`
+    if there is none) and the absolute path under the root (`invalid_path` if it leaves it)."""
+    name = args["sandbox"]
+    return name, setup.sandbox(name), setup.remote(args["path"])
+
+
+def file_subject(path: str, name: str) -> str:
+    """What an error about a sandbox file is about, for `about`."""
+    return f"File {path} in sandbox {name!r}"
+
+
 def _encoding(what: str) -> dict[str, Any]:
     return string(what, enum=["text", "base64"], default="text")
-
-
-def _subject(path: str, name: str) -> str:
-    return f"File {path} in sandbox {name!r}"
 
 
 def _read_schema(setup: Setup) -> dict[str, Any]:
@@ -75,46 +95,39 @@ def _read_schema(setup: Setup) -> dict[str, Any]:
     )
 
 
-def _paged(result: dict[str, Any], name: str) -> dict[str, Any]:
-    if not result["eof"]:
-        result["hint"] = (
-            f"More of the file remains: call {name} again with offset={result['next_offset']}."
-        )
-    return result
-
-
 async def _read_file(setup: Setup, args: dict[str, Any], _: Progress | None) -> dict[str, Any]:
-    name = args["sandbox"]
-    files = setup.sandbox(name).files
-    path = setup.remote(args["path"])
+    name, sandbox, path = sandbox_file(setup, args)
     offset, limit, encoding = args["offset"], args["limit"], args["encoding"]
-    subject = _subject(path, name)
+    subject = file_subject(path, name)
+    page: FileRange | TextPage
     with about(subject):
         if encoding == "base64":
-            part = await files.read_range(path, offset, limit)
-            content = base64.b64encode(part.data).decode("ascii")
-            start, end, size, eof = part.offset, part.next_offset, part.size, part.eof
+            page = await sandbox.files.read_range(path, offset, limit)
+            content = base64.b64encode(page.data).decode("ascii")
         else:
-            page = await files.read_text(path, offset, limit, errors="replace")
+            page = await sandbox.files.read_text(path, offset, limit, errors="replace")
             content = page.text
-            start, end, size, eof = page.offset, page.next_offset, page.size, page.eof
     if encoding == "text" and "\x00" in content:
         raise ToolError(
             ErrorCode.INVALID_ARGUMENT,
             f"{subject} looks binary (NUL bytes at offset {offset} or after). Read it with "
             "encoding='base64', or copy it with download_file.",
         )
-    result = {
+    result: dict[str, Any] = {
         "sandbox": name,
         "path": path,
         "encoding": encoding,
-        "offset": start,
-        "next_offset": end,
-        "size": size,
-        "eof": eof,
+        "offset": page.offset,
+        "next_offset": page.next_offset,
+        "size": page.size,
+        "eof": page.eof,
         "content": content,
     }
-    return _paged(result, "read_file")
+    if not page.eof:
+        result["hint"] = (
+            f"More of the file remains: call read_file again with offset={page.next_offset}."
+        )
+    return result
 
 
 READ_FILE = Definition(
@@ -188,13 +201,11 @@ def _content_bytes(content: str, encoding: str, cap: int) -> bytes:
 
 
 async def _write_file(setup: Setup, args: dict[str, Any], _: Progress | None) -> dict[str, Any]:
-    name = args["sandbox"]
-    files = setup.sandbox(name).files
-    path = setup.remote(args["path"])
+    name, sandbox, path = sandbox_file(setup, args)
     data = _content_bytes(args["content"], args["encoding"], setup.limits.max_write)
     hints = {ErrorCode.NOT_FOUND: "Its directory must exist first."}
-    with about(_subject(path, name), hints):
-        await files.upload(path, data)
+    with about(file_subject(path, name), hints):
+        await sandbox.files.upload(path, data)
     return {"sandbox": name, "path": path, "bytes_written": len(data)}
 
 

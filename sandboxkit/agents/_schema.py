@@ -21,7 +21,6 @@ from ._errors import ErrorCode, ToolError
 
 __all__ = [
     "array_of",
-    "boolean",
     "check_schema",
     "integer",
     "number",
@@ -66,11 +65,6 @@ def integer(description: str, **rules: Any) -> dict[str, Any]:
 def number(description: str, **rules: Any) -> dict[str, Any]:
     """A number property."""
     return {"type": "number", "description": description, **rules}
-
-
-def boolean(description: str, **rules: Any) -> dict[str, Any]:
-    """A boolean property."""
-    return {"type": "boolean", "description": description, **rules}
 
 
 def array_of(items: Mapping[str, Any], description: str, **rules: Any) -> dict[str, Any]:
