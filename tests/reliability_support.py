@@ -1,26 +1,36 @@
 """Helpers shared by the reliability suite (this module holds no tests).
 
 Counters of what a process holds (sockets, RSS), checks that a client left nothing behind
-(no busy connection before `aclose()`, no session or socket after it, no temporary file), and
-the seed handling of every randomized test (`SANDBOXKIT_SEED=` replays one).
+(no busy connection before `aclose()`, no session or socket after it, no temporary file),
+the seed handling of every randomized test (`SANDBOXKIT_SEED=` replays one), scripts run in
+a fresh Python, outages on a virtual clock, and loopback servers that write raw bytes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import socket
+import subprocess
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
+from typing import Any, Protocol, TypeVar
 
 import aiohttp
 
 import sandboxkit
+from sandboxkit import batch
+from sandboxkit.emulator import Emulator, Outage
+
+from .files_support import Box, new_box
 
 PROC_FD = Path("/proc/self/fd")
 HAS_PROC = PROC_FD.is_dir() and Path("/proc/net/tcp").exists()
+# What a loopback server's `stop` waits at most for its connections' handlers to end.
+STOP_SECONDS = 10
 
 
 async def run_script(script: str, args: object, timeout: float = 120) -> tuple[int, str]:
@@ -39,22 +49,50 @@ async def run_script(script: str, args: object, timeout: float = 120) -> tuple[i
     return process.returncode, out.decode() + err.decode()
 
 
+def emulator_env(emu: Emulator) -> dict[str, str]:
+    """This process's environment plus what points a child's Client at `emu` (its key and
+    base URL)."""
+    return {
+        **os.environ,
+        "SANDBOXKIT_API_KEY": emu.api_key,
+        "SANDBOXKIT_BASE_URL": emu.base_url,
+    }
+
+
+def run_on_emulator(
+    source: str, path: Path, emu: Emulator, timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """Write `source` to `path` and run it in a fresh Python on `emu` (`emulator_env`), every
+    ResourceWarning shown; its exit status and what it printed."""
+    path.write_text(source)
+    return subprocess.run(
+        [sys.executable, "-W", "always::ResourceWarning", str(path)],
+        env=emulator_env(emu),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def seed(default: int) -> int:
     """The seed of a randomized test: `SANDBOXKIT_SEED` when set (to replay), else `default`."""
     value = os.environ.get("SANDBOXKIT_SEED")
     return int(value) if value else default
 
 
-def _socket_inodes() -> set[str]:
-    inodes = set()
+def fd_targets() -> list[str]:
+    """What each file descriptor of this process is open on (a path, `socket:[inode]`...)."""
+    targets = []
     for fd in os.listdir(PROC_FD):
         try:
-            target = os.readlink(PROC_FD / fd)
-        except OSError:
+            targets.append(os.readlink(PROC_FD / fd))
+        except OSError:  # closed meanwhile (the listing's own descriptor, for one)
             continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    return inodes
+    return targets
+
+
+def _socket_inodes() -> set[str]:
+    return {target[8:-1] for target in fd_targets() if target.startswith("socket:[")}
 
 
 def open_sockets() -> int:
@@ -158,6 +196,91 @@ async def close_and_check(client: sandboxkit.Client, ports: Iterable[int]) -> No
         )
 
 
+# -- outages on virtual time, and batches through them ------------------------------
+
+
+class VirtualTime:
+    """A clock that moves only when a call sleeps (to the end of that sleep), with actions
+    due at given times (ending an outage, say)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sleeps: list[float] = []
+        self._due: list[tuple[float, Callable[[], Any]]] = []
+        # One sleeper at a time moves the clock: an action (an outage ending) finishes
+        # before any other sleeper sees the time after it.
+        self._turn = asyncio.Lock()
+
+    def clock(self) -> float:
+        return self.now
+
+    def at(self, when: float, action: Callable[[], Any]) -> None:
+        self._due.append((when, action))
+
+    async def sleep(self, delay: float) -> None:
+        until = self.now + delay  # sleepers due at the same time wake at the same time
+        async with self._turn:
+            self.sleeps.append(delay)
+            # What is due runs before anyone sees the new time.
+            for item in [d for d in self._due if d[0] <= until]:
+                self._due.remove(item)
+                await item[1]()
+            self.now = max(self.now, until)
+        await asyncio.sleep(0)
+
+
+def on_virtual_time(client: sandboxkit.Client, time: VirtualTime) -> None:
+    """Run `client`'s retry loop and circuits on `time`, with no jitter in backoff."""
+    client._calls.sleep = time.sleep
+    client._calls.clock = time.clock
+    client._calls.rand = lambda: 0.0
+    client._calls.transport.circuits.clock = time.clock
+
+
+@contextlib.asynccontextmanager
+async def box_on_virtual_time(emulator: Emulator) -> AsyncIterator[tuple[Box, VirtualTime]]:
+    """A new sandbox, seen by a client on virtual time with a 10 s `max_stall`."""
+    time = VirtualTime()
+    async with emulator.client(retry=sandboxkit.RetryPolicy(max_stall=10.0)) as client:
+        on_virtual_time(client, time)
+        yield await new_box(emulator, client), time
+
+
+async def outage_until(emulator: Emulator, time: VirtualTime, end: float, **shape: Any) -> Outage:
+    """The emulator taken down now (`Emulator.outage(**shape)`), back at `end` on `time`."""
+    stack = contextlib.AsyncExitStack()
+    down: Outage = await stack.enter_async_context(emulator.outage(**shape))
+    time.at(end, stack.aclose)
+    return down
+
+
+async def same_file_jobs(
+    emulator: Emulator,
+    hosts: int,
+    per_host: int,
+    data: bytes,
+    dest: Path,
+    port: int | None = None,
+) -> list[batch.DownloadJob]:
+    """`per_host` downloads from each of `hosts` new sandboxes, every file holding `data`,
+    into `dest`; with `port`, the sandboxes are reached on it (a relay's) instead."""
+    jobs = []
+    relayed = f"{emulator.domain.rsplit(':', 1)[0]}:{port}"
+    for i in range(hosts):
+        body = (await emulator.create_sandbox())["data"]
+        root = emulator.sandbox_root(body["sandbox_key"])
+        (root / "home/user").mkdir(parents=True, exist_ok=True)
+        domain = body["domain"] if port is None else relayed
+        ref = batch.SandboxRef(body["sandbox_key"], domain, body["sandbox_access_token"])
+        for j in range(per_host):
+            (root / f"home/user/{j}.bin").write_bytes(data)
+            jobs.append(batch.DownloadJob(ref, f"/home/user/{j}.bin", dest / f"{i}-{j}"))
+    return jobs
+
+
+# -- loopback servers of raw bytes -------------------------------------------------------
+
+
 def http_answer(
     status: int,
     body: bytes = b"",
@@ -175,20 +298,55 @@ def http_answer(
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
 
 
+async def read_head(reader: asyncio.StreamReader) -> bytes | None:
+    """The next request head on a connection, or None once the client closed it."""
+    try:
+        return await reader.readuntil(b"\r\n\r\n")
+    except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+        return None
+
+
+class Startable(Protocol):
+    """A test server: `start` it, then `stop` it."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+S = TypeVar("S", bound=Startable)
+
+
+@contextlib.asynccontextmanager
+async def started(server: S) -> AsyncIterator[S]:
+    """`server` started, and stopped on the way out whatever happened."""
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
 class LoopbackServer:
-    """A server of raw bytes on 127.0.0.1: `start`, `stop` (closing every connection it
-    holds in `_writers`) and `port`; a subclass writes `_serve`."""
+    """A server of raw bytes on 127.0.0.1: `start`, `stop` and `port`; a subclass writes
+    `_serve`, called for each connection (a client that goes away is no error).
+
+    `stop` closes every connection (each writer in `_writers`), then waits for each `_serve`
+    to end: closed, not cancelled, so each sees the end of its streams and returns (a
+    cancelled one is logged by asyncio's server as an error).
+    """
 
     def __init__(self) -> None:
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
+        self._handlers: set[asyncio.Task[None]] = set()
         self.port = 0
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         raise NotImplementedError
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self._server = await asyncio.start_server(self._connected, "127.0.0.1", 0)
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:
@@ -196,7 +354,23 @@ class LoopbackServer:
         self._server.close()
         for writer in list(self._writers):
             writer.close()
+        if self._handlers:
+            await asyncio.wait(self._handlers, timeout=STOP_SECONDS)
         await self._server.wait_closed()
+
+    async def _connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers.add(task)
+        self._writers.add(writer)
+        try:
+            await self._serve(reader, writer)
+        except ConnectionError:
+            pass  # the client went away
+        finally:
+            self._handlers.discard(task)
+            self._writers.discard(writer)
+            writer.close()
 
 
 class RawServer(LoopbackServer):
@@ -223,24 +397,21 @@ class RawServer(LoopbackServer):
         self._default = (answer, close)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._writers.add(writer)
-        try:
-            while True:
-                try:
-                    head = await reader.readuntil(b"\r\n\r\n")
-                except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
-                    return
-                self.heads.append(head)
-                for line in head.split(b"\r\n"):
-                    if line.lower().startswith(b"content-length:"):
-                        await reader.readexactly(int(line.split(b":", 1)[1]))
-                answer, close = self._script.pop(0) if self._script else self._default
-                writer.write(answer)
-                await writer.drain()
-                if close:
-                    return
-        except ConnectionError:
-            return
-        finally:
-            self._writers.discard(writer)
-            writer.close()
+        while (head := await read_head(reader)) is not None:
+            self.heads.append(head)
+            for line in head.split(b"\r\n"):
+                if line.lower().startswith(b"content-length:"):
+                    await reader.readexactly(int(line.split(b":", 1)[1]))
+            answer, close = self._script.pop(0) if self._script else self._default
+            writer.write(answer)
+            await writer.drain()
+            if close:
+                return
+
+
+async def pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+    """Copy what `source` reads to `sink` until it ends or either side goes away."""
+    with contextlib.suppress(ConnectionError):
+        while data := await source.read(1 << 16):
+            sink.write(data)
+            await sink.drain()

@@ -24,7 +24,16 @@ from sandboxkit._cancel import raise_held, wait_through_cancels
 from sandboxkit.emulator import EmulatorResolver
 
 from .conftest import ScriptServer
-from .reliability_support import busy_connections, part_files, sessions_of, settle
+from .reliability_support import (
+    LoopbackServer,
+    busy_connections,
+    fd_targets,
+    part_files,
+    read_head,
+    sessions_of,
+    settle,
+    started,
+)
 
 pytestmark = pytest.mark.usefixtures("loop_reports")
 
@@ -37,7 +46,7 @@ SENT = 6 * MiB
 HIGH_WATER = 64 * 1024  # asyncio's default: past it, aiohttp's body writer waits to drain
 
 
-class HoldingServer:
+class HoldingServer(LoopbackServer):
     """A loopback HTTP server that holds every transfer midway.
 
     A GET is answered with `SENT` of `TOTAL` bytes, then nothing more until the client
@@ -46,27 +55,14 @@ class HoldingServer:
     """
 
     def __init__(self) -> None:
+        super().__init__()
         self.data = os.urandom(TOTAL)
         self.holding = asyncio.Event()
-        self.port = 0
         self._stopping = asyncio.Event()
-        self._server: asyncio.Server | None = None
-        self._handlers: set[asyncio.Task[None]] = set()
-        self._writers: set[asyncio.StreamWriter] = set()
-
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:
-        assert self._server is not None
-        self._server.close()
-        self._stopping.set()
-        for writer in self._writers:
-            writer.close()  # a held GET's read then ends
-        if self._handlers:
-            await asyncio.wait(self._handlers, timeout=LIMIT)
-        await self._server.wait_closed()
+        self._stopping.set()  # a held upload's handler ends; a held GET's read ends at its close
+        await super().stop()
 
     def client(self) -> sandboxkit.Client:
         """A client for this server's data plane (no retries)."""
@@ -83,52 +79,33 @@ class HoldingServer:
         return f"sandbox.test:{self.port}"
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._handlers.add(task)
-        self._writers.add(writer)
-        try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            if head.startswith(b"GET "):
-                writer.write(
-                    b"HTTP/1.1 200 OK\r\nAccept-Ranges: bytes\r\n"
-                    + f"Content-Length: {TOTAL}\r\n\r\n".encode()
-                    + self.data[:SENT]
-                )
-                await writer.drain()
-                self.holding.set()
-                await reader.read()  # a GET has no body: this ends when the connection does
-            else:
-                self.holding.set()
-                await self._stopping.wait()  # the upload's body stays unread
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass  # the client went away early
-        finally:
-            self._handlers.discard(task)
-            self._writers.discard(writer)
-            writer.close()
+        head = await read_head(reader)
+        if head is None:
+            return  # the client went away early
+        if head.startswith(b"GET "):
+            writer.write(
+                b"HTTP/1.1 200 OK\r\nAccept-Ranges: bytes\r\n"
+                + f"Content-Length: {TOTAL}\r\n\r\n".encode()
+                + self.data[:SENT]
+            )
+            await writer.drain()
+            self.holding.set()
+            await reader.read()  # a GET has no body: this ends when the connection does
+        else:
+            self.holding.set()
+            await self._stopping.wait()  # the upload's body stays unread
 
 
 @pytest.fixture
 async def holding() -> AsyncIterator[HoldingServer]:
     """A started HoldingServer, stopped after the test."""
-    server = HoldingServer()
-    await server.start()
-    yield server
-    await server.stop()
+    async with started(HoldingServer()) as server:
+        yield server
 
 
 def open_files_under(directory: Path) -> int:
     """File descriptors of this process open on a file below `directory`."""
-    count = 0
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:  # closed meanwhile (the listing's own descriptor, for one)
-            continue
-        if target.startswith(f"{directory}{os.sep}"):
-            count += 1
-    return count
+    return sum(target.startswith(f"{directory}{os.sep}") for target in fd_targets())
 
 
 def unsent_bytes(client: sandboxkit.Client) -> int:

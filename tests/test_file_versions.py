@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,7 @@ from sandboxkit.resources._partial import PartOf, open_part, part_paths
 
 from .conftest import hostile_client
 from .files_support import payload, sha
-from .reliability_support import part_files, run_script
+from .reliability_support import part_files, run_script, started
 from .versions_support import NEW_MTIME, OLD_MTIME, CutProxy, Exchange, FileServer, Mode, place
 
 MiB = 1 << 20
@@ -37,26 +36,14 @@ TOKEN = "sat-VERSIONS-TOKEN"
 SPLIT = sandboxkit.ParallelDownloads(threshold=MiB, parts=4, min_latency=0)
 
 
-@contextlib.asynccontextmanager
-async def serving(
+def serving(
     root: Path, mode: Mode, *, strip_ranges: bool = False
-) -> AsyncIterator[FileServer]:
-    server = FileServer(root, mode, strip_ranges=strip_ranges)
-    await server.start()
-    try:
-        yield server
-    finally:
-        await server.stop()
+) -> contextlib.AbstractAsyncContextManager[FileServer]:
+    return started(FileServer(root, mode, strip_ranges=strip_ranges))
 
 
-@contextlib.asynccontextmanager
-async def cutting(server: FileServer) -> AsyncIterator[CutProxy]:
-    proxy = CutProxy(server.port)
-    await proxy.start()
-    try:
-        yield proxy
-    finally:
-        await proxy.stop()
+def cutting(server: FileServer) -> contextlib.AbstractAsyncContextManager[CutProxy]:
+    return started(CutProxy(server.port))
 
 
 def client_of(port: int, **options: Any) -> sandboxkit.Client:
@@ -296,9 +283,8 @@ async def test_a_file_that_keeps_changing_still_fails_and_says_so(tmp_path: Path
             with pytest.raises(sandboxkit.ResponseDecodeError, match="the file changed") as caught:
                 await sandbox(client, server.domain).files.download(REMOTE, dest)
     assert "started over 3 times" in str(caught.value)
-    assert (
-        caught.value.operation == "files.download"
-    )  # raised between its calls, named all the same
+    # Raised between its calls, named all the same.
+    assert caught.value.operation == "files.download"
     assert len([e for e in server.seen if e.range is None]) == 3
     assert part_files(dest.parent) == []
 

@@ -12,8 +12,6 @@ import json
 import os
 import select
 import signal
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,8 +22,9 @@ import pytest
 import sandboxkit
 from sandboxkit import sync
 from sandboxkit.emulator import Emulator, ManualClock
-from tests.reliability_support import sessions_of
-from tests.test_sync import Running, child_env
+
+from .reliability_support import run_on_emulator, sessions_of
+from .test_sync import Running
 
 pytestmark = [
     pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork()"),
@@ -186,14 +185,6 @@ def test_a_forked_child_that_exits_leaves_the_parents_client_alone(
 ) -> None:
     """A child exiting normally neither warns about the parent's client (it is not the
     child's to close) nor asks the parent's loop to stop."""
-    script = tmp_path / "worker.py"
-    script.write_text(WORKER_EXITS)
-    done = subprocess.run(
-        [sys.executable, "-W", "always::ResourceWarning", str(script)],
-        env=child_env(served),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_on_emulator(WORKER_EXITS, tmp_path / "worker.py", served.emu, timeout=60)
     assert (done.returncode, done.stdout) == (0, "worker 0 parent ok\n"), done.stderr
     assert done.stderr == ""

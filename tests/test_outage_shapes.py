@@ -21,8 +21,18 @@ import sandboxkit
 from sandboxkit import batch
 from sandboxkit.emulator import Emulator, Fault, Outage
 
-from .files_support import Box, new_box, payload, sha
-from .reliability_support import RawServer, http_answer, refused_port
+from .files_support import Box, payload, sha
+from .reliability_support import (
+    RawServer,
+    box_on_virtual_time,
+    http_answer,
+    outage_until,
+    port_of,
+    pump,
+    refused_port,
+    same_file_jobs,
+    started,
+)
 
 HOSTS = 25
 JOBS_PER_HOST = 8
@@ -104,10 +114,7 @@ class Relay:
 
     @staticmethod
     async def _pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
-        with contextlib.suppress(ConnectionError):
-            while data := await source.read(1 << 16):
-                sink.write(data)
-                await sink.drain()
+        await pump(source, sink)
         sink.transport.abort()  # one side ended: the exchange is over on both
 
 
@@ -140,20 +147,10 @@ async def test_a_batch_through_an_outage_that_closes_connections_loses_no_job(
     again and failures before a circuit opened were counted attempts: jobs were lost, and
     the requests during the outage were several times as many."""
     data = payload(1 << 20, seed=29)
-    relay = Relay(int(emulator.domain.rsplit(":", 1)[1]))
+    relay = Relay(port_of(emulator.domain))
     await relay.serve()
-    suffix = emulator.domain.rsplit(":", 1)[0]
-    jobs = []
-    for i in range(HOSTS):
-        body = await emulator.create_sandbox()
-        key = body["data"]["sandbox_key"]
-        root = emulator.sandbox_root(key)
-        (root / "home/user").mkdir(parents=True, exist_ok=True)
-        domain = f"{suffix}:{relay.port}" if shape == "refused" else body["data"]["domain"]
-        ref = batch.SandboxRef(key, domain, body["data"]["sandbox_access_token"])
-        for j in range(JOBS_PER_HOST):
-            (root / f"home/user/{j}.bin").write_bytes(data)
-            jobs.append(batch.DownloadJob(ref, f"/home/user/{j}.bin", tmp_path / f"{i}-{j}"))
+    port = relay.port if shape == "refused" else None
+    jobs = await same_file_jobs(emulator, HOSTS, JOBS_PER_HOST, data, tmp_path, port)
     down = False
     during = 0
 
@@ -308,17 +305,10 @@ async def test_a_call_that_starts_waiting_for_a_host_says_so_once(
 ) -> None:
     """Three calls wait for a host that answered before and went down: one WARNING says a
     call waits, for how long at most; the host coming back is said once too."""
-    from .test_outages import VirtualTime, on_virtual_time
-
-    time = VirtualTime()
-    async with emulator.client(retry=sandboxkit.RetryPolicy(max_stall=10.0)) as client:
-        on_virtual_time(client, time)
-        box = await new_box(emulator, client)
+    async with box_on_virtual_time(emulator) as (box, time):
         box.put(REMOTE, payload(10_000, seed=4))
-        client._calls.transport.circuits.heard_from(box.handle.origin)
-        stack = contextlib.AsyncExitStack()
-        await stack.enter_async_context(emulator.outage(shape="close"))
-        time.at(1.0, stack.aclose)
+        box.handle._calls.transport.circuits.heard_from(box.handle.origin)
+        await outage_until(emulator, time, 1.0, shape="close")
         await asyncio.gather(*(box.files.download(REMOTE, tmp_path / f"{i}.bin") for i in range(3)))
     waiting = [r for r in caplog.records if "waiting up to" in r.getMessage()]
     assert [r.levelname for r in waiting] == ["WARNING"]
@@ -335,19 +325,12 @@ async def test_the_cli_shows_a_host_wait_on_screen_but_not_each_retry(
     commands in one process), they still show once."""
     from sandboxkit.cli._app import _configure_logging
 
-    from .test_outages import VirtualTime, on_virtual_time
-
     _configure_logging(debug=False)
     _configure_logging(debug=False)  # the conftest fixture takes the handler away after
-    time = VirtualTime()
-    async with emulator.client(retry=sandboxkit.RetryPolicy(max_stall=10.0)) as client:
-        on_virtual_time(client, time)
-        box = await new_box(emulator, client)
+    async with box_on_virtual_time(emulator) as (box, time):
         box.put(REMOTE, payload(10_000, seed=5))
         await box.files.read_bytes(REMOTE)  # the host answered: from now on it is waited for
-        stack = contextlib.AsyncExitStack()
-        await stack.enter_async_context(emulator.outage(shape="close"))
-        time.at(1.0, stack.aclose)
+        await outage_until(emulator, time, 1.0, shape="close")
         await box.files.download(REMOTE, tmp_path / "data.bin")
     lines = capsys.readouterr().err.splitlines()
     assert all(line.startswith("warning: ") for line in lines), lines
@@ -417,23 +400,22 @@ async def test_a_proxys_502_for_a_host_never_reached_is_named_as_the_proxys() ->
     the policy's 5 requests, not after `max_stall`, and the message names the proxy."""
     proxy = RawServer()
     proxy.always(http_answer(502, b"upstream unreachable", {"Connection": "close"}))
-    await proxy.start()
     slept: list[float] = []
 
     async def sleep(delay: float) -> None:
         slept.append(delay)
 
-    try:
-        async with sandboxkit.Client(
+    async with (
+        started(proxy),
+        sandboxkit.Client(
             api_key="k",
             base_url="http://console.unreachable.test:8080",
             proxy=f"http://user:secret@127.0.0.1:{proxy.port}",
-        ) as client:
-            client._calls.sleep = sleep
-            with pytest.raises(sandboxkit.BadGatewayError) as caught:
-                await client.v1.get_organization("00000000-0000-0000-0000-000000000000")
-    finally:
-        await proxy.stop()
+        ) as client,
+    ):
+        client._calls.sleep = sleep
+        with pytest.raises(sandboxkit.BadGatewayError) as caught:
+            await client.v1.get_organization("00000000-0000-0000-0000-000000000000")
     assert len(proxy.heads) == 5 and len(slept) == 4
     message = str(caught.value)
     assert f"the 502 likely comes from the proxy http://127.0.0.1:{proxy.port}," in message

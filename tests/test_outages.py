@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import os
 import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,13 @@ from sandboxkit._retry import Circuit, RetryBudget
 from sandboxkit.emulator import Emulator, Fault, Outage
 
 from .files_support import Box, new_box, payload, sha
+from .reliability_support import (
+    VirtualTime,
+    box_on_virtual_time,
+    on_virtual_time,
+    outage_until,
+    same_file_jobs,
+)
 
 REMOTE = "/home/user/data.bin"
 
@@ -93,54 +100,13 @@ def test_which_transport_failures_say_a_host_is_down(error: Exception, outage: b
 # -- the loop over real sockets, on a virtual clock -----------------------------------
 
 
-class VirtualTime:
-    """A clock that moves only when a call sleeps (to the end of that sleep), with actions
-    due at given times (ending an outage, say)."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.sleeps: list[float] = []
-        self._due: list[tuple[float, Callable[[], Any]]] = []
-        # One sleeper at a time moves the clock: an action (an outage ending) finishes
-        # before any other sleeper sees the time after it.
-        self._turn = asyncio.Lock()
-
-    def clock(self) -> float:
-        return self.now
-
-    def at(self, when: float, action: Callable[[], Any]) -> None:
-        self._due.append((when, action))
-
-    async def sleep(self, delay: float) -> None:
-        until = self.now + delay  # sleepers due at the same time wake at the same time
-        async with self._turn:
-            self.sleeps.append(delay)
-            # What is due runs before anyone sees the new time.
-            for item in [d for d in self._due if d[0] <= until]:
-                self._due.remove(item)
-                await item[1]()
-            self.now = max(self.now, until)
-        await asyncio.sleep(0)
-
-
-def on_virtual_time(client: sandboxkit.Client, time: VirtualTime) -> None:
-    """Run `client`'s retry loop and circuits on `time`, with no jitter in backoff."""
-    client._calls.sleep = time.sleep
-    client._calls.clock = time.clock
-    client._calls.rand = lambda: 0.0
-    client._calls.transport.circuits.clock = time.clock
-
-
 @pytest.fixture
 async def down_box(emulator: Emulator) -> AsyncIterator[tuple[Box, VirtualTime]]:
     """A sandbox holding REMOTE, seen by a client on virtual time with a 10 s `max_stall`,
     whose host has answered it once (only such a host is waited for when it goes down)."""
-    time = VirtualTime()
-    async with emulator.client(retry=sandboxkit.RetryPolicy(max_stall=10.0)) as client:
-        on_virtual_time(client, time)
-        box = await new_box(emulator, client)
+    async with box_on_virtual_time(emulator) as (box, time):
         box.put(REMOTE, payload(100_000, seed=5))
-        client._calls.transport.circuits.heard_from(box.handle.origin)
+        box.handle._calls.transport.circuits.heard_from(box.handle.origin)
         yield box, time
 
 
@@ -170,9 +136,7 @@ async def test_calls_waiting_for_a_host_go_on_when_a_probe_finds_it_back(
     the right bytes; the outage saw the failures that opened the circuit and one probe per
     cooldown, not one refused request per call per backoff."""
     box, time = down_box
-    outage = contextlib.AsyncExitStack()
-    down: Outage = await outage.enter_async_context(emulator.outage())
-    time.at(3.0, outage.aclose)
+    down = await outage_until(emulator, time, 3.0)
     results = await asyncio.gather(
         *(box.files.download(REMOTE, tmp_path / f"{i}.bin") for i in range(3))
     )
@@ -226,9 +190,7 @@ async def test_the_console_has_a_circuit_too(emulator: Emulator) -> None:
     async with emulator.client() as client:
         on_virtual_time(client, time)
         assert (await client.v1.get_organization(emulator.org_id)).name  # it was up
-        outage = contextlib.AsyncExitStack()
-        down: Outage = await outage.enter_async_context(emulator.outage(status=503))
-        time.at(2.0, outage.aclose)
+        down = await outage_until(emulator, time, 2.0, status=503)
         org = await client.v1.get_organization(emulator.org_id)
     assert org.name
     # The first failure was the pooled connection the outage cut (it sent no request), 4
@@ -366,20 +328,8 @@ async def test_a_batch_outlives_a_five_second_outage_with_the_default_policy(
     finishes with the right bytes, and the outage saw at most one retry per cut transfer plus
     the probes."""
     data = payload(2 << 20, seed=9)  # large enough to be cut mid-body by the outage
-    jobs = []
+    jobs = await same_file_jobs(emulator, 10, 30, data, tmp_path)
     async with emulator.client() as client:
-        for i in range(10):
-            body = await emulator.create_sandbox()
-            root = emulator.sandbox_root(body["data"]["sandbox_key"])
-            (root / "home/user").mkdir(parents=True, exist_ok=True)
-            for j in range(30):
-                (root / f"home/user/{j}.bin").write_bytes(data)
-                ref = batch.SandboxRef(
-                    body["data"]["sandbox_key"],
-                    body["data"]["domain"],
-                    body["data"]["sandbox_access_token"],
-                )
-                jobs.append(batch.DownloadJob(ref, f"/home/user/{j}.bin", tmp_path / f"{i}-{j}"))
         hundred = asyncio.Event()
 
         def progress(done: int, total: int, outcome: object) -> None:

@@ -518,12 +518,11 @@ class ModelSession(FakeSession):
         await super().close()
 
 
-async def test_open_connections_never_exceed_the_budget_under_churn() -> None:
-    """600 requests over 40 hosts, 60 at once, with a budget of 6 sockets and 150 of them
-    cancelled at random moments: connections open (modelled as a connector opens them)
-    never exceed 6, every request not cancelled gets through, and nothing stays charged
-    but what idle pools hold."""
-    rng = random.Random(18)
+def model_pools(
+    sockets: int, per_host: int
+) -> tuple[HostPools[ModelSession], list[ModelSession], list[int]]:
+    """Pools of ModelSessions; the sessions made, in order; [connections open now across
+    every session, the most ever]."""
     opened = [0, 0]
     made: list[ModelSession] = []
 
@@ -531,9 +530,17 @@ async def test_open_connections_never_exceed_the_budget_under_churn() -> None:
         made.append(ModelSession(host.origin, opened))
         return made[-1]
 
-    pools: HostPools[ModelSession] = HostPools(
-        Limits(max_sandbox_connections=6, per_host_connections=3), factory
-    )
+    limits = Limits(max_sandbox_connections=sockets, per_host_connections=per_host)
+    return HostPools(limits, factory), made, opened
+
+
+async def test_open_connections_never_exceed_the_budget_under_churn() -> None:
+    """600 requests over 40 hosts, 60 at once, with a budget of 6 sockets and 150 of them
+    cancelled at random moments: connections open (modelled as a connector opens them)
+    never exceed 6, every request not cancelled gets through, and nothing stays charged
+    but what idle pools hold."""
+    rng = random.Random(18)
+    pools, _, opened = model_pools(sockets=6, per_host=3)
     done = cancelled = 0
     gate = anyio.Semaphore(60)
     running: list[anyio.CancelScope] = []
@@ -586,16 +593,7 @@ async def test_a_quiet_hosts_request_waits_only_for_those_queued_before_it() -> 
     host B second in line. B's request is served second at the latest, not 31st (it waits
     only for the one queued before it), all are served, and connections open (modelled as
     a connector opens them) never exceed the budget: A's old session is closed for B."""
-    opened = [0, 0]
-    made: list[ModelSession] = []
-
-    def factory(host: HostKey) -> ModelSession:
-        made.append(ModelSession(host.origin, opened))
-        return made[-1]
-
-    pools: HostPools[ModelSession] = HostPools(
-        Limits(max_sandbox_connections=2, per_host_connections=2), factory
-    )
+    pools, made, opened = model_pools(sockets=2, per_host=2)
     a, b = HostKey("http://a", "t"), HostKey("http://b", "t")
     held = [pools.lease(a) for _ in range(2)]
     for lease in held:

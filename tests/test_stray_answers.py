@@ -31,7 +31,14 @@ from sandboxkit._bodies import RING_MIN_BODY
 
 from .conftest import hostile_client
 from .files_support import payload
-from .reliability_support import HAS_PROC, LoopbackServer, close_and_check, http_answer, settle
+from .reliability_support import (
+    HAS_PROC,
+    LoopbackServer,
+    close_and_check,
+    http_answer,
+    read_head,
+    settle,
+)
 
 LIMIT = 10.0  # seconds any one test may take
 
@@ -57,31 +64,20 @@ class StrayServer(LoopbackServer):
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
         number = self.connections
-        self._writers.add(writer)
-        try:
-            while True:
-                try:
-                    head = await reader.readuntil(b"\r\n\r\n")
-                except (asyncio.IncompleteReadError, ConnectionError):
-                    return
-                line = head.split(b"\r\n", 1)[0].decode("latin-1")
-                name = next((n for n in self._answers if n in line), "?")
-                self.journal.append((number, name))
-                first = len(self.journal) == 1
-                answer = self._answers.get(name, http_answer(404))
-                writer.write(answer + (self._stray if first and not self._later else b""))
+        while (head := await read_head(reader)) is not None:
+            line = head.split(b"\r\n", 1)[0].decode("latin-1")
+            name = next((n for n in self._answers if n in line), "?")
+            self.journal.append((number, name))
+            first = len(self.journal) == 1
+            answer = self._answers.get(name, http_answer(404))
+            writer.write(answer + (self._stray if first and not self._later else b""))
+            await writer.drain()
+            if first and self._later:
+                await self.release.wait()  # the client's first call has returned
+                writer.write(self._stray)
                 await writer.drain()
-                if first and self._later:
-                    await self.release.wait()  # the client's first call has returned
-                    writer.write(self._stray)
-                    await writer.drain()
-                if first:
-                    self.stray_written.set()
-        except ConnectionError:
-            return
-        finally:
-            self._writers.discard(writer)
-            writer.close()
+            if first:
+                self.stray_written.set()
 
 
 def wire_quiet(port: int) -> bool:

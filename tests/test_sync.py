@@ -28,6 +28,8 @@ from sandboxkit._sync_loop import Loop
 from sandboxkit.emulator import Emulator, Fault, ManualClock
 from sandboxkit.resources.templates import Templates as AsyncTemplates
 
+from .reliability_support import emulator_env, run_on_emulator
+
 FAST_RETRY = sandboxkit.RetryPolicy.no_delay(max_attempts=8)
 BUILD = {"source": {"image": "ubuntu:22.04"}, "commands": ["make", "make test"]}
 RESOURCES = sandboxkit.CustomResources(cpu_count=1, memory_mb=512, disk_size_mb=1024)
@@ -295,25 +297,9 @@ print("used", flush=True)
 """
 
 
-def child_env(running: Running) -> dict[str, str]:
-    return {
-        **os.environ,
-        "SANDBOXKIT_API_KEY": running.emu.api_key,
-        "SANDBOXKIT_BASE_URL": running.emu.base_url,
-    }
-
-
 def test_forgotten_client_costs_a_warning_not_a_hang(running: Running, tmp_path: Path) -> None:
     """A script whose module-level sync Client is never closed exits at once with a warning."""
-    script = tmp_path / "forgotten.py"
-    script.write_text(FORGOTTEN)
-    done = subprocess.run(
-        [sys.executable, "-W", "always::ResourceWarning", str(script)],
-        env=child_env(running),
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    done = run_on_emulator(FORGOTTEN, tmp_path / "forgotten.py", running.emu, timeout=30)
     assert (done.returncode, done.stdout) == (0, "used\n"), done.stderr
     assert "ResourceWarning: sandboxkit.sync.Client was never closed" in done.stderr
     assert "Unclosed" not in done.stderr and "Traceback" not in done.stderr
@@ -383,7 +369,7 @@ def test_ctrl_c_cancels_the_download_before_it_reaches_the_caller(
     dest.parent.mkdir()
     with subprocess.Popen(
         [sys.executable, str(script), json.dumps(body), str(dest), taken_by],
-        env=child_env(running),
+        env=emulator_env(running.emu),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

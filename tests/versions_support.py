@@ -24,6 +24,8 @@ import attrs
 from aiohttp import web
 from multidict import CIMultiDict
 
+from .reliability_support import LoopbackServer, pump
+
 Mode = Literal["rfc", "aiohttp", "last-modified", "none"]
 
 # Whole seconds apart, in the past: the Last-Modified of each is strong (RFC 9110 8.8.2.2),
@@ -141,19 +143,16 @@ class _AnswerTo(web.FileResponse):
         return await super().prepare(self._request)
 
 
-class CutProxy:
+class CutProxy(LoopbackServer):
     """A loopback TCP relay to `port`. `cut_next(after, then)` arms a cut of the next
     connection: after `after` bytes of answer (its head counted) reach the client, `then()`
     runs and both sides are closed: a network cut mid-body, whatever the server."""
 
     def __init__(self, port: int) -> None:
+        super().__init__()
         self.backend = port
-        self.port = 0
         self.cuts = 0
         self._armed: list[tuple[int, Callable[[], None]]] = []
-        self._server: asyncio.Server | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._sides: set[asyncio.StreamWriter] = set()
 
     @property
     def domain(self) -> str:
@@ -162,28 +161,11 @@ class CutProxy:
     def cut_next(self, after: int, then: Callable[[], None]) -> None:
         self._armed.append((after, then))
 
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-
-    async def stop(self) -> None:
-        assert self._server is not None
-        self._server.close()
-        # Closed, not cancelled: each relay sees the end of its streams and returns (a
-        # cancelled one is logged by asyncio's server as an error).
-        for side in list(self._sides):
-            side.close()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self._server.wait_closed()
-
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
         cut = self._armed.pop(0) if self._armed else None
         up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.backend)
-        self._sides.update((writer, up_writer))
-        ask = asyncio.ensure_future(self._pump(reader, up_writer))
+        self._writers.add(up_writer)  # closed by `stop` too
+        ask = asyncio.ensure_future(pump(reader, up_writer))
         try:
             sent = 0
             while data := await up_reader.read(1 << 16):
@@ -196,21 +178,11 @@ class CutProxy:
                 sent += len(data)
                 writer.write(data)
                 await writer.drain()
-        except ConnectionError:
-            pass
         finally:
             ask.cancel()
             await asyncio.gather(ask, return_exceptions=True)
             for side in (writer, up_writer):
-                self._sides.discard(side)
+                self._writers.discard(side)
                 side.close()
                 with contextlib.suppress(Exception):
                     await side.wait_closed()
-            self._tasks.discard(task)
-
-    @staticmethod
-    async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        with contextlib.suppress(ConnectionError):
-            while data := await reader.read(1 << 16):
-                writer.write(data)
-                await writer.drain()
