@@ -171,13 +171,13 @@ class PageState(ResumeState):
     Attributes:
         offset: the page's first byte.
         end: the byte after the page's last; None: the file's end.
-        status: the latest answer's status (for an error message).
+        status: the latest answer's status (what a body that ends is judged by; for an
+            error message).
     """
 
     offset: int = 0
     end: int | None = None
     status: int = 0
-    _whole: bool = attrs.field(default=False, init=False)  # the latest answer is a 200
     _coded: bool = attrs.field(default=False, init=False)  # a coded answer came: whole GETs
 
     @classmethod
@@ -233,15 +233,11 @@ class PageState(ResumeState):
         else:
             self.validators = self.validators or seen
         self._stale = False
-        self.position, self.total, self._expected_end, self._whole = 0, size, size, True
+        self.position, self.total, self._expected_end = 0, size, size
         if size is not None and size <= self.offset and not truncate:
             self.done = True  # the offset is at or past the end: nothing to read
             return DONE
         return Decision(Action.STREAM, truncate=truncate)
-
-    def _on_partial(self, info: ResponseInfo) -> Decision:
-        self._whole = False
-        return super()._on_partial(info)
 
     def _on_unsatisfiable(self, info: ResponseInfo) -> Decision:
         size = unsatisfiable_size(info.content_range)
@@ -261,16 +257,13 @@ class PageState(ResumeState):
         return True
 
     def on_body_end(self) -> Decision:
-        if self._overflow:
-            return self._start_over("the answer carried more bytes than it declared")
-        if self._expected_end is not None and self.position < self._expected_end:
-            return Decision(
-                Action.RETRY,
-                reason=f"the body ended at byte {self.position} of {self._expected_end}",
-            )
-        if self._whole:
-            self.total = self.position  # a whole answer that ended: the file ends here
-        elif (self.total is None or self.position < self.total) and (
+        if self.status != 206 or self._overflow or self.position != self._expected_end:
+            # The download's rules: a body past its declared end starts over, one short of
+            # it is resumed, and a whole answer that ended is the file's end.
+            return super().on_body_end()
+        # A 206 that ended where it said: the page goes on past it unless it reached the
+        # file's end or its own (a 206 of unknown size is no end of the file).
+        if (self.total is None or self.position < self.total) and (
             self.end is None or self.position < self.end
         ):
             return Decision(Action.RETRY, reason=f"a partial answer ended at byte {self.position}")

@@ -12,6 +12,8 @@ else against the bytes counted, whose reading stops one byte past the cap.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from .._bounds import PageState, decode_page, too_large
 from .._resume import ResumeState
 from ..errors import ResponseDecodeError
@@ -30,6 +32,24 @@ class _PageSink(_MemorySink):
     views = False
 
 
+def _stop_at(
+    end: int | None, offset: int, max_size: int | None
+) -> Callable[[ResumeState], int | None]:
+    """`fetch`'s `on_stream` for a read from `offset` that stops at `end`: with `max_size`,
+    a file whose answer's head shows more than that past `offset` is refused.
+
+    Raises:
+        FileTooLargeError: before the body: none of it is read, its connection is closed.
+    """
+
+    def on_stream(now: ResumeState) -> int | None:
+        if max_size is not None and (error := too_large(now.total, offset, max_size)):
+            raise error
+        return end
+
+    return on_stream
+
+
 async def _page(
     request: Request, offset: int, end: int | None, max_size: int | None
 ) -> tuple[bytes, PageState]:
@@ -40,13 +60,7 @@ async def _page(
     """
     state = PageState.at(offset, end)
     sink = _PageSink()
-
-    def on_stream(now: ResumeState) -> int | None:
-        if max_size is not None and (error := too_large(now.total, offset, max_size)):
-            raise error  # before the body: none of it is read, its connection is closed
-        return end
-
-    await fetch(request, "file", sink, state=state, on_stream=on_stream)
+    await fetch(request, "file", sink, state=state, on_stream=_stop_at(end, offset, max_size))
     # The page is the sink's first `held` bytes: a read that ended without a body (a 416)
     # right after a start-over finds the sink still holding the dropped version's.
     data = sink.value()[: state.held]
@@ -91,13 +105,8 @@ async def read_text(
 async def read_all(request: Request, max_size: int) -> bytes:
     """`files.read_bytes(max_size=...)`: the whole file, or FileTooLargeError."""
     sink = _MemorySink()
-
-    def on_stream(now: ResumeState) -> int:
-        if error := too_large(now.total, 0, max_size):
-            raise error  # before the body: none of it is read, its connection is closed
-        return max_size + 1  # the byte past the cap tells a file over it
-
-    state = await fetch(request, "file", sink, on_stream=on_stream)
+    # Reading stops one byte past the cap: that byte tells a file over it.
+    state = await fetch(request, "file", sink, on_stream=_stop_at(max_size + 1, 0, max_size))
     if error := too_large(state.total, 0, max_size, state.position):
         raise error
     return sink.value()
