@@ -263,11 +263,10 @@ class PageState(ResumeState):
             return super().on_body_end()
         # A 206 that ended where it said: the page goes on past it unless it reached the
         # file's end or its own (a 206 of unknown size is no end of the file).
-        if (self.total is None or self.position < self.total) and (
-            self.end is None or self.position < self.end
-        ):
+        at_file_end = self.total is not None and self.position >= self.total
+        if not at_file_end and (self.end is None or self.position < self.end):
             return Decision(Action.RETRY, reason=f"a partial answer ended at byte {self.position}")
-        self.done = True
+        self.done = at_file_end  # `done` is the file's end (`eof`); the page's alone is not
         return DONE
 
     def _start_over(self, why: str) -> Decision:

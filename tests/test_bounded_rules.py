@@ -248,6 +248,17 @@ SCENARIOS: list[tuple[str, tuple[int, int | None], list[Step], dict[str, Any]]] 
         {"held": 50, "total": None, "eof": False},
     ),
     (
+        "a 206 of unknown size that ends at the page's end: the page is read, no eof",
+        (100, 200),
+        [
+            ("get", 100, 200, None),
+            ("answer", part(100, 199, "*"), S, False),
+            ("chunk", 100, (0, 100)),
+            ("end", D),
+        ],
+        {"held": 100, "total": None, "eof": False},
+    ),
+    (
         "a 206 that carries more than it declared starts the page over",
         (100, 200),
         [
