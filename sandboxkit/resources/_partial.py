@@ -32,6 +32,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import secrets
 import stat
 from pathlib import Path
@@ -229,22 +230,16 @@ def _clear_scratch(sidecar: Path) -> None:
     """Remove the sidecar scratch files (`{sidecar}.{8 hex}.new`, this user's own) that a
     process killed between writing one and renaming it left beside the part. Only where a
     part was left: a fresh download does not list the directory."""
-    prefix_, folder = sidecar.name + ".", sidecar.parent
+    # The names `_write_sidecar` gives its scratch files (`_scratch_tag`: 8 hex digits).
+    name = re.compile(re.escape(sidecar.name) + r"\.[0-9a-f]{8}\.new")
     try:
-        entries = [e for e in os.scandir(folder) if e.name.startswith(prefix_)]
+        entries = [e for e in os.scandir(sidecar.parent) if name.fullmatch(e.name)]
     except OSError:
         return
     for entry in entries:
-        tag = entry.name[len(prefix_) :]
-        if len(tag) != 12 or not tag.endswith(".new") or not _is_hex(tag[:8]):
-            continue
         with contextlib.suppress(OSError):
             if _own_file(entry.stat(follow_symlinks=False)):
                 os.unlink(entry.path)
-
-
-def _is_hex(text: str) -> bool:
-    return all(c in "0123456789abcdef" for c in text)
 
 
 def _own_file(st: os.stat_result) -> bool:
