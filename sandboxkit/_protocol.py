@@ -105,16 +105,31 @@ _UNRESERVED = re.compile(r"[A-Za-z0-9._~-]*")
 # quoted) costs a `quote()` of ~4 us, more than the rest of a request's own code.
 @functools.lru_cache(maxsize=4096)
 def segment(value: str) -> str:
-    """Quote one path segment (or query name or value) whole, `/`, `&`, `=`, `#` included, so
-    an id can never add segments, parameters or a fragment."""
+    """Quote one path segment whole, `/`, `&`, `=`, `#` included, so an id can never add
+    segments, parameters or a fragment."""
     if _UNRESERVED.fullmatch(value):
         return value  # the usual id: nothing to quote, and the check is ~10x cheaper than quote()
     return quote(value, safe="")
 
 
+# What a query part may carry unquoted (RFC 3986 `query` less the `&`, `=`, `+`, `;` that
+# parsers split or decode on, and `#`): exactly what yarl leaves as is when it requotes a
+# query, so a target written here goes out the same by aiohttp's path (which requotes it) or
+# the lean one (`_lean`, which sends it as written).
+_QUERY_SAFE = "!$'()*,/:?@"
+
+
+def query_part(value: str) -> str:
+    """Quote one query name or value whole: `&`, `=`, `+`, `#` and `%` included, so a value
+    can never add parameters or a fragment."""
+    if _UNRESERVED.fullmatch(value):
+        return value
+    return quote(value, safe=_QUERY_SAFE)
+
+
 def query_string(params: Sequence[tuple[str, str]]) -> str:
-    """`name=value&...` for a URL, each name and value quoted whole by `segment()`."""
-    return "&".join([f"{segment(name)}={segment(value)}" for name, value in params])
+    """`name=value&...` for a URL, each name and value quoted whole by `query_part()`."""
+    return "&".join([f"{query_part(name)}={query_part(value)}" for name, value in params])
 
 
 def range_headers(
