@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncGenerator, Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 from aiohttp.http import RawResponseMessage
@@ -36,6 +36,7 @@ from .errors import (
 __all__ = [
     "ERROR_BODY_LIMIT",
     "RING_MIN_BODY",
+    "Answer",
     "LazyReadTimer",
     "StreamingResponse",
     "read_capped",
@@ -66,6 +67,31 @@ async def read_capped(content: aiohttp.StreamReader, limit: int) -> tuple[bytes,
     return bytes(data[:limit]), False
 
 
+class Answer(Protocol):
+    """What `StreamingResponse` reads of an answer: aiohttp's `ClientResponse`, or the lean
+    path's `_lean.LeanAnswer`. `release` pools its connection (unless it must close),
+    `close` drops it."""
+
+    @property
+    def status(self) -> int: ...
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+    @property
+    def content(self) -> aiohttp.StreamReader: ...
+
+    @property
+    def content_length(self) -> int | None: ...
+
+    @property
+    def connection(self) -> aiohttp.connector.Connection | None: ...
+
+    def release(self) -> Any: ...
+
+    def close(self) -> None: ...
+
+
 class StreamingResponse:
     """An answer whose body is read incrementally; errors stay sandboxkit's.
 
@@ -87,7 +113,7 @@ class StreamingResponse:
 
     def __init__(
         self,
-        response: aiohttp.ClientResponse,
+        response: Answer,
         operation: str,
         read_timeout: float | None = None,
     ) -> None:

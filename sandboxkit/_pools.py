@@ -15,10 +15,8 @@ requests queue behind, and once none of its sockets is in use its session is clo
 older request (its own waiting requests go on with a fresh one).
 
 Each pool carries its host's AIMD window (`_retry.ConcurrencyWindow`): a 429 from that host
-halves it, successes grow it back, so one throttled sandbox slows only itself.
-
-The session type is a parameter: the transport uses aiohttp's, tests use fakes; nothing here
-imports aiohttp (httpcore's small layered pool).
+halves it, successes grow it back, so one throttled sandbox slows only itself. The session
+type is a parameter (aiohttp's; fakes in tests): nothing here imports aiohttp.
 """
 
 from __future__ import annotations
@@ -80,6 +78,7 @@ class HostPool(Generic[S]):
     waiters: dict[asyncio.Future[HostPool[Any] | None], None] = attrs.field(factory=dict)
     last_used: float = 0.0
     closing: bool = False
+    route: Any = None  # the transport's, made of `session` (dropped with it); never read here
 
     @property
     def origin(self) -> str:
@@ -351,6 +350,7 @@ class HostPools(Generic[S]):
             return pool
         old = attrs.evolve(pool, in_flight=0, active=0, waiters={}, closing=True)
         pool.session = self._make_session(pool.key)
+        pool.route = None  # made of the old session: its connector is about to be closed
         pool.sockets = 0
         return old
 

@@ -19,16 +19,16 @@ from typing import Any
 import aiohttp
 
 from ._answers import Reply, decipher
-from ._bodies import LazyReadTimer, StreamingResponse, read_capped
+from ._bodies import Answer, LazyReadTimer, StreamingResponse, read_capped
 from ._circuits import Circuits
 from ._config import Bearer, Limits, Timeout
 from ._events import origin_of
 from ._forks import restart_in_child
+from ._host_request import HostRequest, client_timeout
 from ._localhost import LocalhostResolver
-from ._pools import HostKey, HostPool, HostPools
+from ._pools import HostKey, HostPools
 from ._protocol import (
     ACCEPT_ENCODING,
-    ACCESS_TOKEN,
     AUTHORIZATION,
     REQUEST_ID,
     ApiRequest,
@@ -39,7 +39,7 @@ from ._retry import is_outage
 from ._telemetry import Exchange, watching
 from ._translate import translate
 from ._version import __version__
-from .errors import ClientStateError, ResponseDecodeError, SandboxKitError
+from .errors import ClientStateError, ResponseDecodeError
 
 __all__ = ["CONTROL_BODY_LIMIT", "Transport"]
 
@@ -48,12 +48,6 @@ SSLOption = ssl_module.SSLContext | bool
 # A control-plane answer is JSON of a few KiB; past this size it is not one the interface
 # shows, and reading on would let a broken or hostile server fill memory (or never stop).
 CONTROL_BODY_LIMIT = 32 << 20
-
-
-@functools.lru_cache(maxsize=64)  # a handful of Timeout values per process; saves a build per call
-def _client_timeout(timeout: Timeout) -> aiohttp.ClientTimeout:
-    # `total` bounds the whole logical call (retries included) one level up, not one request.
-    return aiohttp.ClientTimeout(total=None, sock_connect=timeout.connect, sock_read=timeout.read)
 
 
 def _uncounted_resends_off(session: aiohttp.ClientSession) -> aiohttp.ClientSession:
@@ -86,7 +80,7 @@ class Transport:
         self.limits = limits
         self._ssl = ssl
         self.proxies = proxies if proxies is not None else ProxyRoutes()
-        self._tunnel_headers = self.proxies.tunnel_headers()
+        self.tunnel_headers = self.proxies.tunnel_headers()
         self._callers_resolver = resolver
         self._clock = clock
         self._closed = False
@@ -107,7 +101,7 @@ class Transport:
         # What each request met, by host: `Calls` waits on a host whose circuit is open.
         self.circuits = Circuits(self._clock)
         # Answers whose body is being read; `aclose()` ends them first (see there).
-        self._reading: set[aiohttp.ClientResponse] = set()
+        self.reading: set[Answer] = set()
 
     @property
     def closed(self) -> bool:
@@ -119,7 +113,7 @@ class Transport:
 
         `Calls.run` asks once per operation; sessions are only ever made inside one.
         """
-        self._check_open()
+        self.check_open()
         loop = asyncio.get_running_loop()
         if self._loop is None:
             self._loop = loop
@@ -141,7 +135,7 @@ class Transport:
         connector._factory = factory  # type: ignore[assignment]  # a subclass: same protocol
         return connector
 
-    def _check_open(self) -> None:
+    def check_open(self) -> None:
         if self._closed:
             raise ClientStateError("this sandboxkit.Client is closed; create a new one")
 
@@ -182,7 +176,7 @@ class Transport:
         """
         # Calls.run checked the loop for this operation already; a retry may find the client
         # closed since (its pooled connection was closed under it).
-        self._check_open()
+        self.check_open()
         session = self._control or self._control_session()
         # The query is written here rather than passed as `params=`: yarl's merging of params
         # into a URL cost more than the rest of this method together (measured: ~30k
@@ -203,15 +197,15 @@ class Transport:
                 # Built inline, the key held by a Bearer that hides it: tracebacks with
                 # locals (Sentry) must not find the API key in this frame.
                 headers=self._headers(request, exchange, bearer),
-                proxy_headers=self._tunnel_headers,
-                timeout=_client_timeout(timeout),
+                proxy_headers=self.tunnel_headers,
+                timeout=client_timeout(timeout),
                 allow_redirects=False,
             ) as response:
                 unreported = bool(self.circuits.headed(self.base_url, response.status))
                 if exchange is not None:
                     exchange.answered(response.status, response.headers)
-                self._refuse_if_closed(response)
-                self._reading.add(response)
+                self.refuse_if_closed(response)
+                self.reading.add(response)
                 try:
                     length = response.content_length
                     if length is not None and length <= CONTROL_BODY_LIMIT:
@@ -220,7 +214,7 @@ class Transport:
                     else:
                         body, whole = await read_capped(response.content, CONTROL_BODY_LIMIT)
                 finally:
-                    self._reading.discard(response)
+                    self.reading.discard(response)
                 if unreported:  # only now: a head whose body then dies is a host going away
                     self.circuits.answered(self.base_url, response.status)
                     unreported = False
@@ -292,9 +286,9 @@ class Transport:
         """
         query = params if isinstance(params, str) else query_string(params)
         target = f"{path}?{query}" if query else path  # written here, as in send()
-        return _Exchanged(self, host, method, target, operation, timeout, headers, data)
+        return HostRequest(self, host, method, target, operation, timeout, headers, data)
 
-    def _refuse_if_closed(self, response: aiohttp.ClientResponse) -> None:
+    def refuse_if_closed(self, response: Answer) -> None:
         # `aclose()` ran while this answer's head arrived: its body can never be read.
         if self._closed:
             response.close()
@@ -308,7 +302,7 @@ class Transport:
         # Closing a session detaches each connection from the body being read on it, so a
         # read waiting for more bytes would wait forever: end those bodies first (their
         # readers then raise, and the retry loop finds the client closed).
-        for response in list(self._reading):
+        for response in list(self.reading):
             response.close()
         await self.hosts.aclose()
         if self._control is not None:
@@ -316,133 +310,3 @@ class Transport:
             self._control = None
         if self._own_resolver is not None:  # a caller's resolver is the caller's to close
             await self._own_resolver.close()
-
-
-class _Exchanged:
-    """`Transport.open`'s context: one request on its host's pool, its answer, its end.
-
-    A class rather than an `asynccontextmanager`: every download and upload passes here,
-    and the generator machinery cost more than the rest of this code (10,000 small
-    downloads, benchmarks/run.py --case hosts). The object itself is the lease's borrower.
-    """
-
-    __slots__ = (
-        "_data",
-        "_exchange",
-        "_headed",
-        "_headers",
-        "_host",
-        "_method",
-        "_operation",
-        "_pool",
-        "_response",
-        "_streaming",
-        "_target",
-        "_timeout",
-        "_transport",
-    )
-
-    def __init__(
-        self,
-        transport: Transport,
-        host: HostKey,
-        method: str,
-        target: str,
-        operation: str,
-        timeout: Timeout,
-        headers: Mapping[str, str] | None,
-        data: Any,
-    ) -> None:
-        self._transport = transport
-        self._host = host
-        self._method = method
-        self._target = target
-        self._operation = operation
-        self._timeout = timeout
-        self._headers = headers
-        self._data = data
-        self._pool: HostPool[aiohttp.ClientSession] | None = None
-        self._exchange: Exchange | None = None
-        self._response: aiohttp.ClientResponse | None = None
-        self._streaming: StreamingResponse | None = None
-        self._headed = 0  # the status of a head whose end the host's circuit awaits
-
-    async def __aenter__(self) -> StreamingResponse:
-        transport = self._transport
-        transport._check_open()  # a retry may find the client closed since the call began
-        host = self._host
-        pools = transport.hosts
-        pool = pools.lease_now(host, self) or await pools.lease_wait(host, self)
-        self._pool = pool
-        try:
-            # Begun once the host's slot is held: its elapsed time is the request's own.
-            watch = watching.get()
-            exchange = None
-            headers = self._headers
-            if watch is not None:
-                exchange = self._exchange = Exchange(watch, self._method, origin_of(host.origin))
-                headers = exchange.sending(dict(headers) if headers else None)
-            try:
-                response = await pool.session.request(
-                    self._method,
-                    self._target,
-                    # Inline, as in send(): the token rides inside the tunnel only.
-                    headers={**(headers or {}), ACCESS_TOKEN: host.token},
-                    proxy_headers=transport._tunnel_headers,
-                    data=self._data,
-                    timeout=_client_timeout(self._timeout),
-                    allow_redirects=False,
-                )
-            except Exception as exc:  # _translate.mapped, inlined: as in send()
-                error: SandboxKitError | None = (
-                    exc if isinstance(exc, SandboxKitError) else translate(exc, self._operation)
-                )
-                if error is None:
-                    raise
-            else:
-                error = None
-            if error is not None:
-                if is_outage(error):
-                    transport.circuits.failed(host.origin, str(error))
-                raise error  # outside the except block: see _translate.mapped
-            pool.observe(response.status)
-            self._headed = transport.circuits.headed(host.origin, response.status)
-            if exchange is not None:
-                exchange.answered(response.status, response.headers)
-            transport._refuse_if_closed(response)
-            self._response = response
-            transport._reading.add(response)
-            self._streaming = StreamingResponse(response, self._operation, self._timeout.read)
-            self._streaming.on_body = transport.circuits.on_body(host.origin, self._headed)
-            return self._streaming
-        except BaseException as exc:
-            await self._end(exc)
-            raise
-
-    async def __aexit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
-    ) -> None:
-        await self._end(exc)
-
-    async def _end(self, exc: BaseException | None) -> None:
-        received = None
-        response = self._response
-        if response is not None:
-            self._response = None
-            self._transport._reading.discard(response)
-            assert self._streaming is not None
-            received = self._streaming.received  # as they came, coded or not
-            # An unread body means the connection cannot be reused: drop it at once rather
-            # than leave it half-read (cancellation included). A body read below the parser
-            # (`_ring`) never leaves aiohttp's reader at its end.
-            if response.content.at_eof():
-                response.release()
-            else:
-                response.close()
-        if self._headed:  # the circuit hears how an answer whose head came ended
-            self._transport.circuits.ended(self._host.origin, self._headed, exc, received or 0)
-        if self._exchange is not None:
-            self._exchange.end(exc, received)
-        pool, self._pool = self._pool, None
-        if pool is not None and self._transport.hosts.release(pool, self):
-            await self._transport.hosts.close_released(pool)

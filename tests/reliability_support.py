@@ -379,12 +379,13 @@ class RawServer(LoopbackServer):
     Each request (head, plus a body by its Content-Length) gets the next scripted answer as
     is; `(answer, True)` closes the connection after it, `(answer, False)` keeps it open. An
     unscripted request gets the `always` answer (a 404 unless set). `heads` holds every
-    request head received.
+    request head received, `connections` counts the connections accepted.
     """
 
     def __init__(self) -> None:
         super().__init__()
         self.heads: list[bytes] = []
+        self.connections = 0
         self._script: list[tuple[bytes, bool]] = []
         self._default = (http_answer(404), True)
 
@@ -397,6 +398,7 @@ class RawServer(LoopbackServer):
         self._default = (answer, close)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
         while (head := await read_head(reader)) is not None:
             self.heads.append(head)
             for line in head.split(b"\r\n"):

@@ -25,6 +25,7 @@ import pytest
 from aiohttp import web
 
 import sandboxkit
+from sandboxkit._lean import Route
 from sandboxkit.emulator import Emulator, EmulatorResolver, Fault
 from sandboxkit.resources._upload import READ_SIZE
 
@@ -342,14 +343,17 @@ async def test_aclose_as_an_answer_head_arrives(
     """When `aclose()` runs between an answer's head arriving and its body being read, the
     call ends in ClientStateError, not in aiohttp's bare RuntimeError or a hang."""
     sbx = await _box(clocked_emulator, one_slot_client)
-    real = aiohttp.ClientSession._request
+    # A data-plane GET goes the lean way (`_lean`), the console's through aiohttp's session.
+    owner: Any = Route if plane == "data" else aiohttp.ClientSession
+    name = "get" if plane == "data" else "_request"
+    real = getattr(owner, name)
 
-    async def racing(self: aiohttp.ClientSession, *args: Any, **kwargs: Any) -> Any:
+    async def racing(self: Any, *args: Any, **kwargs: Any) -> Any:
         response = await real(self, *args, **kwargs)
         await one_slot_client.aclose()  # the head is in; the body is not read yet
         return response
 
-    monkeypatch.setattr(aiohttp.ClientSession, "_request", racing)
+    monkeypatch.setattr(owner, name, racing)
     with anyio.fail_after(LIMIT), pytest.raises(sandboxkit.ClientStateError):
         if plane == "data":
             await sbx.files.read_bytes("/home/user/data.bin")

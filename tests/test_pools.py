@@ -657,12 +657,13 @@ async def test_waiting_requests_of_many_hosts_are_served_in_arrival_order() -> N
 async def test_a_busy_hosts_session_handed_to_a_cancelled_request_passes_to_the_next() -> None:
     """Host A's two sockets go unused with one more of A's requests coming behind B's: A's
     session is handed to B's request to close; B is cancelled before it runs, so A's request,
-    next in line, closes it instead and goes on a fresh session of A's."""
+    next in line, closes it instead and goes on a fresh session of A's (and no route made of
+    the old one: a lean GET on its closed connector waited forever)."""
     pools, made, _ = make_pools(sockets=2, per_host=2)
     a, b = HostKey("http://a", "t"), HostKey("http://b", "t")
     held = [pools.lease(a) for _ in range(2)]
     for lease in held:
-        await lease.__aenter__()
+        (await lease.__aenter__()).route = "made of A's first session"  # the transport's
     a_in = anyio.Event()
 
     async def use(key: HostKey) -> None:
@@ -690,6 +691,7 @@ async def test_a_busy_hosts_session_handed_to_a_cancelled_request_passes_to_the_
     ]
     pool_a = pools.get(a)
     assert pool_a is not None and pool_a.session is made[2]
+    assert pool_a.route is None  # what was made of the closed session went with it
     assert (pool_a.active, pool_a.sockets, pools.sockets, pools.evicted) == (1, 1, 1, 1)
     a_request.cancel()
     with pytest.raises(asyncio.CancelledError):

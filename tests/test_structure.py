@@ -24,6 +24,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("_pools", "_circuits", "_cancel", "_translate", "_localhost", "_telemetry", "_ring", "_forks"),
     ("_links",),
     ("_bodies", "_forms"),
+    ("_lean",),
+    ("_host_request",),
     ("_transport",),
     ("_calls",),
     ("resources._common", "resources._plane", "resources._partial", "resources._file_sink"),
@@ -113,10 +115,11 @@ def test_pure_modules_never_await_nor_touch_io_libraries(name: str) -> None:
 
 
 def test_aiohttp_only_at_the_boundary() -> None:
-    """aiohttp is imported only by the boundary (_translate, _bodies, _forms, _transport, and
-    _localhost: the default resolver is an aiohttp resolver), client (the resolver type)
-    and the emulator."""
-    allowed = {"_translate", "_bodies", "_forms", "_transport", "_localhost", "client"}
+    """aiohttp is imported only by the boundary (_translate, _bodies, _forms, _lean,
+    _host_request, _transport, and _localhost: the default resolver is an aiohttp resolver),
+    client (the resolver type) and the emulator."""
+    allowed = {"_translate", "_bodies", "_forms", "_lean", "_host_request", "_transport"}
+    allowed |= {"_localhost", "client"}
     for module, path in modules():
         if module.split(".")[0] in {"emulator", "cli", "sync", "dask"} or module in allowed:
             continue
