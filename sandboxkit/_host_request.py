@@ -144,14 +144,14 @@ class HostRequest:
                 if is_outage(error):
                     transport.circuits.failed(host.origin, str(error))
                 raise error  # outside the except block: see _translate.mapped
+            self._response = response  # from here on, whatever happens, `_end` ends it
+            self._streaming = StreamingResponse(response, self._operation, self._timeout.read)
             pool.observe(response.status)
             self._headed = transport.circuits.headed(host.origin, response.status)
             if exchange is not None:
                 exchange.answered(response.status, response.headers)
             transport.refuse_if_closed(response)
-            self._response = response
             transport.reading.add(response)
-            self._streaming = StreamingResponse(response, self._operation, self._timeout.read)
             self._streaming.on_body = transport.circuits.on_body(host.origin, self._headed)
             return self._streaming
         except BaseException as exc:

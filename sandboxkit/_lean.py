@@ -74,6 +74,14 @@ class LeanAnswer:
         length = headers.get(aiohttp.hdrs.CONTENT_LENGTH)
         self.content_length = None if length is None else int(length)
 
+    def __del__(self) -> None:
+        # As aiohttp's `ClientResponse`: an answer dropped unended (its task destroyed before
+        # its cleanup ran) gives its connection back, closed unless its body was all read.
+        connection = self.connection
+        if connection is not None and not connection._loop.is_closed():
+            self.connection = None
+            connection.release()
+
     def release(self) -> None:
         connection = self._let_go()
         if connection is not None:

@@ -20,6 +20,7 @@ origin, a method with a body) are refused by `Route`/`route` before any byte is 
 
 from __future__ import annotations
 
+import gc
 import gzip
 from collections.abc import AsyncIterator
 from typing import Any
@@ -299,3 +300,19 @@ async def test_a_head_and_its_route_never_show_the_token(session: aiohttp.Client
     assert head is not None and b"X-Access-Token: sat-SECRET\r\n" in head
     assert "SECRET" not in repr(head) and "SECRET" not in repr(lean)
     assert repr(lean) == "Route(http://sbx.sandbox.test)"
+
+
+async def test_an_answer_dropped_unended_gives_its_connection_back(server: RawServer) -> None:
+    """As aiohttp's ClientResponse does: no connection stays counted (or warns) forever."""
+    server.always(http_answer(200, DATA), close=False)
+    origin = f"http://127.0.0.1:{server.port}"
+    async with aiohttp.ClientSession() as session:
+        lean = route(session, origin, "tok", proxied=False)
+        assert lean is not None and session.connector is not None
+        head = lean.head("/files?path=/x", None)
+        assert head is not None
+        answer = await lean.get(head, aiohttp.ClientTimeout(), None)
+        assert answer.status == 200 and len(session.connector._acquired) == 1
+        del answer
+        gc.collect()
+        assert len(session.connector._acquired) == 0
