@@ -7,7 +7,7 @@ A plain GET to a sandbox host needs none of it: the connection key, the `Host` h
 session's headers are the same for every request to that host. `Route` writes them once per
 host; `Route.get` takes a connection from the session's own connector (its keep-alive pool,
 limits, resolver and TLS), writes the request's head as bytes, and reads the answer with
-aiohttp's own parser on the connection's protocol (`_bodies.LazyReadTimer`, which also refuses
+aiohttp's own parser on the connection's protocol (`_connections.LazyReadTimer`, which also refuses
 stray bytes). The answer is handed on as a `LeanAnswer`, which `StreamingResponse` reads as it
 reads aiohttp's `ClientResponse`: bodies, chunked framing, content codings, cuts and the 4 MiB
 ring are the same code on either path.

@@ -1,18 +1,14 @@
 """Sandbox host pools: one session per (host, token), bounded by sockets, closed when idle.
 
-The bound is `Limits.max_sandbox_connections`, in sockets. Each pool is charged the sockets
-it may hold: one for each request it ever ran at once (its connector opens a connection only
-when none of its own is idle, so its open sockets never exceed its peak of requests at once,
-and never `per_host_connections`). Pools stay, idle keep-alives and all, while their charges
-fit the budget; a request that would take its pool past its charge when the budget is spent
-closes the least recently used idle pool (all its sockets), or waits for one: a pool with a
+The bound is `Limits.max_sandbox_connections`, in sockets. Each pool is charged one for each
+request it ever ran at once (its connector opens a connection only when none of its own is
+idle). Pools stay, keep-alives and all, while their charges fit; past the budget a request
+closes the least recently used idle pool (all its sockets) or waits for one: a pool with a
 request in flight is never closed. A pool unused for `host_idle_seconds` is closed by a timer.
 
-Waiting requests are served in arrival order across hosts (FIFO, not round robin: one queue,
-nothing per host on a request's path, a wait bounded by the requests queued before it), so a
-busy host cannot starve others. A socket cannot pass between hosts: the busy host's later
-requests queue behind, and once none of its sockets is in use its session is closed for the
-older request (its own waiting requests go on with a fresh one).
+Waiting requests are served in arrival order across hosts (one FIFO queue), so a busy host
+cannot starve others: once none of its sockets is in use its session is closed for an older
+request of another host (its own waiting requests go on with a fresh one).
 
 Each pool carries its host's AIMD window (`_retry.ConcurrencyWindow`): a 429 from that host
 halves it, successes grow it back, so one throttled sandbox slows only itself. The session
@@ -23,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -108,6 +105,12 @@ class HostPool(Generic[S]):
             self.limiter.total_tokens = allowed
 
 
+@functools.cache
+def _limiter_class() -> Callable[[int], anyio.CapacityLimiter]:
+    # anyio.CapacityLimiter() looks up the async library for each one made: ~20 us a host.
+    return type(anyio.CapacityLimiter(1))
+
+
 class HostPools(Generic[S]):
     """Sandbox host pools in LRU order, their sockets within one budget, closed when idle.
 
@@ -143,9 +146,6 @@ class HostPools(Generic[S]):
 
     def __len__(self) -> int:
         return len(self._pools)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._pools
 
     @property
     def sockets(self) -> int:
@@ -387,7 +387,7 @@ class HostPools(Generic[S]):
             key=key,
             session=self._make_session(key),
             window=ConcurrencyWindow(maximum=per_host),
-            limiter=anyio.CapacityLimiter(per_host),
+            limiter=_limiter_class()(per_host),
             last_used=self._clock(),
         )
         self._pools[key] = pool

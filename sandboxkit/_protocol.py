@@ -119,11 +119,14 @@ def segment(value: str) -> str:
 _QUERY_SAFE = "!$'()*,/:?@"
 
 
+_QUERY_PLAIN = re.compile(r"[A-Za-z0-9._~!$'()*,/:?@-]*")  # unreserved and _QUERY_SAFE
+
+
 def query_part(value: str) -> str:
     """Quote one query name or value whole: `&`, `=`, `+`, `#` and `%` included, so a value
     can never add parameters or a fragment."""
-    if _UNRESERVED.fullmatch(value):
-        return value
+    if _QUERY_PLAIN.fullmatch(value):
+        return value  # the usual path: nothing to quote, ~10x cheaper than quote()
     return quote(value, safe=_QUERY_SAFE)
 
 

@@ -19,9 +19,10 @@ from typing import Any
 import aiohttp
 
 from ._answers import Reply, decipher
-from ._bodies import Answer, LazyReadTimer, StreamingResponse, read_capped
+from ._bodies import Answer, StreamingResponse, read_capped
 from ._circuits import Circuits
 from ._config import Bearer, Limits, Timeout
+from ._connections import LazyReadTimer
 from ._events import origin_of
 from ._forks import restart_in_child
 from ._host_request import HostRequest, client_timeout

@@ -32,6 +32,7 @@ import pytest
 import sandboxkit
 from sandboxkit import _host_request
 from sandboxkit._lean import Route, route
+from sandboxkit._resume import ResumeState
 
 from .conftest import hostile_client
 from .reliability_support import RawServer, close_and_check, http_answer, started
@@ -316,3 +317,60 @@ async def test_an_answer_dropped_unended_gives_its_connection_back(server: RawSe
         del answer
         gc.collect()
         assert len(session.connector._acquired) == 0
+
+
+# -- read_bytes: a first answer that is the whole file skips the resume machine -------------
+
+HALF = len(DATA) // 2
+QUICK_OR_NOT = {
+    "whole, with its length": ([http_answer(200, DATA)], True),
+    "chunked": ([chunked(DATA)], False),
+    "gzip": ([http_answer(200, gzip.compress(DATA), {"Content-Encoding": "gzip"})], False),
+    "cut mid-body, then resumed": (
+        [
+            http_answer(200, DATA[:HALF], {"Accept-Ranges": "bytes"}, length=len(DATA)),
+            http_answer(206, DATA[HALF:], {"Content-Range": f"bytes {HALF}-{len(DATA) - 1}/*"}),
+        ],
+        False,
+    ),
+}
+
+
+@pytest.mark.parametrize(("answers", "quick"), QUICK_OR_NOT.values(), ids=QUICK_OR_NOT.keys())
+async def test_read_bytes_takes_a_whole_first_answer_as_the_file_and_judges_the_rest(
+    server: RawServer, monkeypatch: pytest.MonkeyPatch, answers: list[bytes], quick: bool
+) -> None:
+    """The file's bytes either way; the resume machine judges every answer that is not a
+    200 of exactly its Content-Length, all here (and only those)."""
+    judged: list[int] = []
+    real = ResumeState.on_response
+
+    def counted(self: ResumeState, info: Any) -> Any:
+        judged.append(info.status)
+        return real(self, info)
+
+    monkeypatch.setattr(ResumeState, "on_response", counted)
+    for answer in answers:
+        server.on(answer, close=True)
+    async with hostile_client(f"http://127.0.0.1:{server.port}") as client:
+        with anyio.fail_after(LIMIT):
+            assert await files(client, server.port).read_bytes("/x.bin") == DATA
+        await close_and_check(client, [server.port])
+    assert judged == ([] if quick else [200, 206][: len(answers)])
+
+
+async def test_a_whole_answer_after_a_restart_is_judged(
+    server: RawServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file replaced mid-read: the held bytes are dropped and the new whole answer goes
+    through the machine (the quick way is for a first answer into an empty sink only)."""
+    new = DATA[::-1]
+    server.on(
+        http_answer(200, DATA[:HALF], {"Accept-Ranges": "bytes", "ETag": '"v1"'}, length=len(DATA))
+    )
+    server.on(http_answer(200, new, {"ETag": '"v2"'}))  # If-Range failed: the whole new file
+    async with hostile_client(f"http://127.0.0.1:{server.port}") as client:
+        with anyio.fail_after(LIMIT):
+            assert await files(client, server.port).read_bytes("/x.bin") == new
+        await close_and_check(client, [server.port])
+    assert [header(head, "If-Range") for head in server.heads] == [None, '"v1"']

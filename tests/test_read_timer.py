@@ -2,7 +2,7 @@
 that came with its head taken without a reader.
 
 aiohttp re-arms its `sock_read` timer for every received piece; sandboxkit's connection
-protocol (`_transport._LazyReadTimer`) keeps one timer and only moves its due time. The server
+protocol (`_connections.LazyReadTimer`) keeps one timer and only moves its due time. The server
 here is a raw socket on 127.0.0.1 that writes an answer in paced pieces, so the client
 receives them one by one (or, with no gap, all at once).
 """

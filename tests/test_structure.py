@@ -22,7 +22,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("_config", "_protocol", "_convert", "_operations", "_proxies"),
     ("_answers", "_retry", "_validation", "_cursors", "_resume", "_events", "_slices", "_bounds"),
     ("_pools", "_circuits", "_cancel", "_translate", "_localhost", "_telemetry", "_ring", "_forks"),
-    ("_links",),
+    ("_links", "_connections"),
     ("_bodies", "_forms"),
     ("_lean",),
     ("_host_request",),
@@ -119,7 +119,7 @@ def test_aiohttp_only_at_the_boundary() -> None:
     _host_request, _transport, and _localhost: the default resolver is an aiohttp resolver),
     client (the resolver type) and the emulator."""
     allowed = {"_translate", "_bodies", "_forms", "_lean", "_host_request", "_transport"}
-    allowed |= {"_localhost", "client"}
+    allowed |= {"_connections", "_localhost", "client"}
     for module, path in modules():
         if module.split(".")[0] in {"emulator", "cli", "sync", "dask"} or module in allowed:
             continue
