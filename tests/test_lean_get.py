@@ -86,6 +86,17 @@ def chunked(body: bytes, headers: str = "") -> bytes:
     return f"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n{headers}\r\n".encode() + framed
 
 
+async def reads(
+    server: RawServer, times: int = 1, expected: bytes = DATA, remote: str = "/x.bin"
+) -> None:
+    """`times` reads of `remote` from `server`, each `expected`; then nothing left open."""
+    async with hostile_client(f"http://127.0.0.1:{server.port}") as client:
+        with anyio.fail_after(LIMIT):
+            for _ in range(times):
+                assert await files(client, server.port).read_bytes(remote) == expected
+        await close_and_check(client, [server.port])
+
+
 def header(head: bytes, name: str) -> str | None:
     for line in head.decode("latin-1").split("\r\n")[1:]:
         key, _, value = line.partition(":")
@@ -99,11 +110,7 @@ async def test_a_plain_get_goes_the_lean_way_and_keeps_its_connection(
 ) -> None:
     """Two reads of one host: both lean, on one kept-alive connection, their bytes right."""
     server.always(http_answer(200, DATA), close=False)
-    async with hostile_client(f"http://127.0.0.1:{server.port}") as client:
-        with anyio.fail_after(LIMIT):
-            assert await files(client, server.port).read_bytes("/a b/ü.bin") == DATA
-            assert await files(client, server.port).read_bytes("/a b/ü.bin") == DATA
-        await close_and_check(client, [server.port])
+    await reads(server, 2, remote="/a b/ü.bin")
     assert (lean_only.lean, lean_only.aiohttp, server.connections) == (2, 0, 1)
     line = server.heads[0].split(b"\r\n", 1)[0]
     assert line == b"GET /files?path=/a%20b/%C3%BC.bin HTTP/1.1"
@@ -132,21 +139,14 @@ async def test_the_lean_head_carries_what_aiohttps_would(
 
 async def test_a_chunked_answer_is_read_whole(server: RawServer, lean_only: Calls) -> None:
     server.always(chunked(DATA), close=False)
-    async with hostile_client(f"http://127.0.0.1:{server.port}") as client:
-        with anyio.fail_after(LIMIT):
-            for _ in range(2):
-                assert await files(client, server.port).read_bytes("/x.bin") == DATA
-        await close_and_check(client, [server.port])
+    await reads(server, 2)
     assert (lean_only.lean, server.connections) == (2, 1)
 
 
 async def test_a_content_coded_answer_is_decoded(server: RawServer, lean_only: Calls) -> None:
     """A proxy that gzips despite `identity`: the file's bytes, never the coded ones."""
     server.always(http_answer(200, gzip.compress(DATA), {"Content-Encoding": "gzip"}))
-    async with hostile_client(f"http://127.0.0.1:{server.port}") as client:
-        with anyio.fail_after(LIMIT):
-            assert await files(client, server.port).read_bytes("/x.bin") == DATA
-        await close_and_check(client, [server.port])
+    await reads(server)
     assert lean_only.lean == 1
 
 
@@ -154,10 +154,7 @@ async def test_an_informational_answer_before_the_final_one_is_skipped(
     server: RawServer, lean_only: Calls
 ) -> None:
     server.always(b"HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n" + http_answer(200, DATA))
-    async with hostile_client(f"http://127.0.0.1:{server.port}") as client:
-        with anyio.fail_after(LIMIT):
-            assert await files(client, server.port).read_bytes("/x.bin") == DATA
-        await close_and_check(client, [server.port])
+    await reads(server)
     assert lean_only.lean == 1
 
 
@@ -169,11 +166,7 @@ async def test_bytes_past_the_content_length_are_never_read_or_reused(
     new connection reads the file, and that clean connection is kept."""
     server.on(http_answer(200, DATA + b"STRAY BYTES", length=len(DATA)), close=False)
     server.always(http_answer(200, DATA), close=False)
-    async with hostile_client(f"http://127.0.0.1:{server.port}") as client:
-        with anyio.fail_after(LIMIT):
-            for _ in range(2):
-                assert await files(client, server.port).read_bytes("/x.bin") == DATA
-        await close_and_check(client, [server.port])
+    await reads(server, 2)
     assert (lean_only.lean, len(server.heads), server.connections) == (3, 3, 2)
 
 
@@ -194,11 +187,7 @@ async def test_a_whole_stray_answer_after_the_body_is_never_a_result(
     """An unsolicited second answer in the same write is dropped with its connection."""
     evil = http_answer(200, b"E" * len(DATA))
     server.always(http_answer(200, DATA) + evil, close=False)
-    async with hostile_client(f"http://127.0.0.1:{server.port}") as client:
-        with anyio.fail_after(LIMIT):
-            for _ in range(2):
-                assert await files(client, server.port).read_bytes("/x.bin") == DATA
-        await close_and_check(client, [server.port])
+    await reads(server, 2)
     assert (lean_only.lean, server.connections) == (2, 2)
 
 
@@ -209,10 +198,7 @@ async def test_a_cut_mid_body_is_resumed_where_it_stopped(
     server.on(http_answer(200, DATA[:half], {"Accept-Ranges": "bytes"}, length=len(DATA)))
     rest = {"Content-Range": f"bytes {half}-{len(DATA) - 1}/{len(DATA)}"}
     server.on(http_answer(206, DATA[half:], rest))
-    async with hostile_client(f"http://127.0.0.1:{server.port}") as client:
-        with anyio.fail_after(LIMIT):
-            assert await files(client, server.port).read_bytes("/x.bin") == DATA
-        await close_and_check(client, [server.port])
+    await reads(server)
     assert [header(head, "Range") for head in server.heads] == [None, f"bytes={half}-"]
     assert lean_only.lean == 2
 
@@ -352,10 +338,7 @@ async def test_read_bytes_takes_a_whole_first_answer_as_the_file_and_judges_the_
     monkeypatch.setattr(ResumeState, "on_response", counted)
     for answer in answers:
         server.on(answer, close=True)
-    async with hostile_client(f"http://127.0.0.1:{server.port}") as client:
-        with anyio.fail_after(LIMIT):
-            assert await files(client, server.port).read_bytes("/x.bin") == DATA
-        await close_and_check(client, [server.port])
+    await reads(server)
     assert judged == ([] if quick else [200, 206][: len(answers)])
 
 
@@ -369,8 +352,5 @@ async def test_a_whole_answer_after_a_restart_is_judged(
         http_answer(200, DATA[:HALF], {"Accept-Ranges": "bytes", "ETag": '"v1"'}, length=len(DATA))
     )
     server.on(http_answer(200, new, {"ETag": '"v2"'}))  # If-Range failed: the whole new file
-    async with hostile_client(f"http://127.0.0.1:{server.port}") as client:
-        with anyio.fail_after(LIMIT):
-            assert await files(client, server.port).read_bytes("/x.bin") == new
-        await close_and_check(client, [server.port])
+    await reads(server, expected=new)
     assert [header(head, "If-Range") for head in server.heads] == [None, '"v1"']
