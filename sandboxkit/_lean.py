@@ -40,6 +40,10 @@ _PLAIN_TARGET = re.compile(r"[!-~]+")
 # A header value sent as it is: printable ASCII and tabs, so no CR or LF can split the head.
 _PLAIN_VALUE = re.compile(r"[\t -~]*")
 _PLAIN_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110's token
+# What `Route.get` calls on aiohttp's connection protocol beyond its documented API
+# (`BaseConnector.connect`, `Connection`): an aiohttp without one of these gets no lean
+# route, and its requests take aiohttp's own path.
+_PROTOCOL_CALLS = ("set_response_params", "start_timeout", "read")
 
 
 class Head(bytes):
@@ -186,7 +190,8 @@ class Route:
 
 def route(session: aiohttp.ClientSession, origin: str, token: str, proxied: bool) -> Route | None:
     """The lean route to `origin`, or None where aiohttp's own path must carry its GETs."""
-    if proxied:
+    handler = aiohttp.client_proto.ResponseHandler
+    if proxied or not all(callable(getattr(handler, name, None)) for name in _PROTOCOL_CALLS):
         return None
     lean = Route(session, origin, token)
     return lean if lean.usable else None

@@ -354,3 +354,12 @@ async def test_a_whole_answer_after_a_restart_is_judged(
     server.on(http_answer(200, new, {"ETag": '"v2"'}))  # If-Range failed: the whole new file
     await reads(server, expected=new)
     assert [header(head, "If-Range") for head in server.heads] == [None, '"v1"']
+
+
+@pytest.mark.parametrize("missing", ["set_response_params", "start_timeout", "read"])
+async def test_an_aiohttp_without_the_protocol_calls_it_needs_gets_no_lean_route(
+    session: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch, missing: str
+) -> None:
+    """A future aiohttp 3.x that renames one: its requests take aiohttp's own path."""
+    monkeypatch.setattr(aiohttp.client_proto.ResponseHandler, missing, None)
+    assert route(session, "http://sbx.sandbox.test", "tok", proxied=False) is None
