@@ -7,10 +7,10 @@ A plain GET to a sandbox host needs none of it: the connection key, the `Host` h
 session's headers are the same for every request to that host. `Route` writes them once per
 host; `Route.get` takes a connection from the session's own connector (its keep-alive pool,
 limits, resolver and TLS), writes the request's head as bytes, and reads the answer with
-aiohttp's own parser on the connection's protocol (`_connections.LazyReadTimer`, which also refuses
-stray bytes). The answer is handed on as a `LeanAnswer`, which `StreamingResponse` reads as it
-reads aiohttp's `ClientResponse`: bodies, chunked framing, content codings, cuts and the 4 MiB
-ring are the same code on either path.
+aiohttp's own parser on the connection's protocol (`_connections.LazyReadTimer`, which also
+refuses stray bytes). The answer is handed on as a `LeanAnswer`, which `StreamingResponse`
+reads as it reads aiohttp's `ClientResponse`: bodies, chunked framing, content codings, cuts
+and the 4 MiB ring are the same code on either path.
 
 Not taken (`route` answers None, or `head` does, and aiohttp's full path runs instead):
 
@@ -18,7 +18,8 @@ Not taken (`route` answers None, or `head` does, and aiohttp's full path runs in
 * an origin reached through a proxy: the request line, the proxy's headers and a CONNECT
   tunnel's set-up differ, and are aiohttp's to get right;
 * a request whose target or header values HTTP/1.1 cannot carry as they are (a CR or LF, a
-  byte outside printable ASCII): aiohttp refuses or encodes those itself.
+  byte outside printable ASCII): aiohttp refuses or encodes those itself;
+* an aiohttp whose connection protocol lacks one of the calls `get` makes (`_PROTOCOL_CALLS`).
 """
 
 from __future__ import annotations
