@@ -156,20 +156,6 @@ class StreamingResponse:
             return None
         return content.read_nowait(-1)
 
-    def exact_body(self) -> bytes | None:
-        """The whole body if it is not coded, has a Content-Length and has all arrived (a
-        small file's answer, the usual case); else None, and nothing is read. aiohttp's
-        parser ends such a body at exactly its length: one cut short is an exception."""
-        content = self._response.content
-        if (
-            self.coding is not None
-            or self._response.content_length is None
-            or not content.is_eof()
-            or content.exception() is not None
-        ):
-            return None
-        return content.read_nowait(-1)
-
     def iter_chunks(self, size: int) -> AsyncGenerator[bytes, None]:
         """Yield the body in chunks of at most `size` bytes, decoded if it was coded."""
         if self.coding is None:
