@@ -56,8 +56,8 @@ class Calls:
 
 
 @pytest.fixture
-def lean_only(monkeypatch: pytest.MonkeyPatch) -> Calls:
-    """Count the lean path's GETs; fail the test if aiohttp's request path is taken."""
+def lean_calls(monkeypatch: pytest.MonkeyPatch) -> Calls:
+    """Count the requests the lean path carries (in `lean`)."""
     calls = Calls()
     real = Route.get
 
@@ -65,13 +65,20 @@ def lean_only(monkeypatch: pytest.MonkeyPatch) -> Calls:
         calls.lean += 1
         return await real(self, *args, **kwargs)
 
+    monkeypatch.setattr(Route, "get", counted)
+    return calls
+
+
+@pytest.fixture
+def lean_only(lean_calls: Calls, monkeypatch: pytest.MonkeyPatch) -> Calls:
+    """Count the lean path's GETs; fail the test if aiohttp's request path is taken."""
+
     async def refused(self: aiohttp.ClientSession, *args: Any, **kwargs: Any) -> Any:
-        calls.aiohttp += 1
+        lean_calls.aiohttp += 1
         raise AssertionError("aiohttp's request path carried a plain GET")
 
-    monkeypatch.setattr(Route, "get", counted)
     monkeypatch.setattr(aiohttp.ClientSession, "_request", refused)
-    return calls
+    return lean_calls
 
 
 def files(client: sandboxkit.Client, port: int) -> Any:
@@ -118,7 +125,7 @@ async def test_a_plain_get_goes_the_lean_way_and_keeps_its_connection(
 
 
 async def test_the_lean_head_carries_what_aiohttps_would(
-    server: RawServer, monkeypatch: pytest.MonkeyPatch
+    server: RawServer, monkeypatch: pytest.MonkeyPatch, lean_calls: Calls
 ) -> None:
     """The same request line and the same headers (names, values) on either path."""
     server.always(http_answer(200, DATA), close=False)
@@ -129,6 +136,7 @@ async def test_the_lean_head_carries_what_aiohttps_would(
     async with hostile_client(f"http://127.0.0.1:{server.port}") as client:
         with anyio.fail_after(LIMIT):
             await files(client, server.port).read_bytes("/x.bin")
+    assert lean_calls.lean == 1  # the first head was the lean path's, the second aiohttp's
     lean, full = (sorted(head.lower().split(b"\r\n")) for head in server.heads)
     assert lean == full
     assert (
@@ -224,14 +232,14 @@ async def test_a_head_that_is_no_http_is_a_protocol_error(
     assert lean_only.aiohttp == 0 and lean_only.lean >= 1
 
 
-async def test_an_upload_goes_aiohttps_way(server: RawServer) -> None:
+async def test_an_upload_goes_aiohttps_way(server: RawServer, lean_calls: Calls) -> None:
     """A request with a body is never lean (its writer is aiohttp's)."""
     server.always(http_answer(200, b'[{"path": "/x.bin", "name": "x.bin", "type": "file"}]'))
     async with hostile_client(f"http://127.0.0.1:{server.port}") as client:
         with anyio.fail_after(LIMIT):
             await files(client, server.port).upload("/x.bin", b"payload")
         await close_and_check(client, [server.port])
-    assert server.heads[0].startswith(b"POST /files?")
+    assert server.heads[0].startswith(b"POST /files?") and lean_calls.lean == 0
 
 
 # -- what the lean path leaves to aiohttp, decided before a byte is written ------------------
