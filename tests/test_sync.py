@@ -305,6 +305,34 @@ def test_forgotten_client_costs_a_warning_not_a_hang(running: Running, tmp_path:
     assert "Unclosed" not in done.stderr and "Traceback" not in done.stderr
 
 
+# The same with a file read first: a data-plane connection (the lean GET's) is kept alive too.
+FORGOTTEN_READ = """
+import json, sys
+from sandboxkit import sync
+from sandboxkit.emulator import EmulatorResolver
+
+client = sync.Client(resolver=EmulatorResolver(), data_plane_scheme="http")
+sbx = client.sandbox_from_response(json.loads(BODY))
+assert sbx.files.read_bytes("/home/user/f.bin") == b"x" * 100_000
+print("used", flush=True)
+"""
+
+
+def test_forgotten_client_after_a_file_read_costs_a_warning_not_a_hang(
+    running: Running, tmp_path: Path
+) -> None:
+    """No "Unclosed connection" from a pooled data-plane connection at exit either."""
+    body = running.new_sandbox()
+    remote = running.emu.sandbox_root(body["data"]["sandbox_key"]) / "home/user/f.bin"
+    remote.parent.mkdir(parents=True, exist_ok=True)
+    remote.write_bytes(b"x" * 100_000)
+    source = FORGOTTEN_READ.replace("BODY", repr(json.dumps(body)))
+    done = run_on_emulator(source, tmp_path / "forgotten_read.py", running.emu, timeout=30)
+    assert (done.returncode, done.stdout) == (0, "used\n"), done.stderr
+    assert "ResourceWarning: sandboxkit.sync.Client was never closed" in done.stderr
+    assert "Unclosed" not in done.stderr and "Traceback" not in done.stderr
+
+
 def test_dropped_client_warns_and_stops_its_loop(running: Running) -> None:
     """A sync Client garbage-collected without close() warns and its loop thread ends."""
     client = sync.Client(**running.options())
