@@ -307,7 +307,7 @@ def test_forgotten_client_costs_a_warning_not_a_hang(running: Running, tmp_path:
 
 # The same with a file read first: a data-plane connection (the lean GET's) is kept alive too.
 FORGOTTEN_READ = """
-import json, sys
+import json
 from sandboxkit import sync
 from sandboxkit.emulator import EmulatorResolver
 
