@@ -13,6 +13,7 @@ Example::
 """
 
 import logging
+import sys
 from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
@@ -281,3 +282,10 @@ else:  # hidden from type checkers, which would otherwise accept any name as san
 
     def __dir__() -> list[str]:
         return sorted({*globals(), *__all__})
+
+    # Outside pytest the client loads now, with the application's imports: loaded on first
+    # use, it would be loaded inside the application's running loop, which its import (aiohttp
+    # and the rest, about 0.2 s) would block. pytest imports sandboxkit in every session, for
+    # the plugin, and there the names wait for a test to use them.
+    if "_pytest" not in sys.modules:
+        from . import client as _client  # noqa: F401

@@ -81,6 +81,11 @@ def _api() -> _Api | None:
         return None
 
 
+# Imported now, where installed, rather than by the first Client: that is often made inside a
+# running loop, which the import (about 20 ms, more on a first run) would block.
+_api()
+
+
 def _type_name(exc: BaseException) -> str:
     kind = type(exc)
     module = kind.__module__

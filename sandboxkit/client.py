@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import importlib
 import ssl as ssl_module
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -34,6 +36,13 @@ from .errors import ValidationError
 from .resources.sandbox import Sandbox, address_from_response, check_address
 from .resources.templates import Templates
 from .resources.v1 import V1
+
+# anyio loads its asyncio backend on first use, which is inside the application's running
+# loop: 30 ms or more (compiling it, on a first run) that would block the loop once, and be
+# reported as a slow callback under `python -X dev`. Loaded with the client instead. The
+# module path is anyio's own: a version that moves it loses only this.
+with contextlib.suppress(ImportError):
+    importlib.import_module("anyio._backends._asyncio")
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider

@@ -12,6 +12,8 @@ import json
 import os
 import select
 import signal
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +25,7 @@ import sandboxkit
 from sandboxkit import sync
 from sandboxkit.emulator import Emulator, ManualClock
 
-from .reliability_support import run_on_emulator, sessions_of
+from .reliability_support import emulator_env, run_on_emulator, sessions_of
 from .test_sync import Running
 
 pytestmark = [
@@ -188,3 +190,61 @@ def test_a_forked_child_that_exits_leaves_the_parents_client_alone(
     done = run_on_emulator(WORKER_EXITS, tmp_path / "worker.py", served.emu, timeout=60)
     assert (done.returncode, done.stdout) == (0, "worker 0 parent ok\n"), done.stderr
     assert done.stderr == ""
+
+
+# A client that has started every kind of thread it has (its loop's, anyio's workers for the
+# file's writes, its executor's for a name lookup), then forks. The hook registered first
+# runs last before a fork: it counts the threads the process forks with.
+FORKS_ALONE = """
+import asyncio
+import json
+import os
+import sys
+import threading
+
+forked_with = []
+os.register_at_fork(before=lambda: forked_with.append(len(os.listdir("/proc/self/task"))))
+
+from sandboxkit import sync
+from sandboxkit.emulator import EmulatorResolver
+
+DATA = os.urandom(3 << 20)
+client = sync.Client(resolver=EmulatorResolver(), data_plane_scheme="http")
+sbx = client.sandbox_from_response(json.loads(sys.argv[1]))
+sbx.files.upload("/home/user/f.bin", DATA)
+sbx.files.download("/home/user/f.bin", sys.argv[2])
+
+
+async def look_up() -> object:
+    return await asyncio.get_running_loop().getaddrinfo("localhost", 80)
+
+
+client._loop.call(look_up)
+names = sorted({t.name.split("_")[0].rstrip("-0123456789") for t in threading.enumerate()})
+pid = os.fork()
+if pid == 0:
+    os._exit(0 if sbx.files.read_bytes("/home/user/f.bin") == DATA else 1)
+_, status = os.waitpid(pid, 0)
+assert sbx.files.read_bytes("/home/user/f.bin") == DATA  # the parent's loop runs on
+client.close()
+print(names, forked_with, os.waitstatus_to_exitcode(status), flush=True)
+"""
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in /proc")
+def test_a_sync_client_forks_with_no_thread_of_its_own(served: Running, tmp_path: Path) -> None:
+    """Its loop, workers and executor are parked around the fork: the process forks with
+    one thread (no warning on Python 3.12+), the child uses the client, the parent goes on."""
+    script = tmp_path / "forks_alone.py"
+    script.write_text(FORKS_ALONE)
+    body = json.dumps(served.new_sandbox())
+    done = subprocess.run(
+        [sys.executable, "-X", "dev", "-W", "error", str(script), body, str(tmp_path / "f")],
+        env=emulator_env(served.emu),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr
+    names = "['AnyIO worker thread', 'MainThread', 'sandboxkit-sync', 'sandboxkit-sync-executor']"
+    assert done.stdout == f"{names} [1] 0\n"

@@ -171,7 +171,8 @@ def test_the_plugin_is_loaded_through_its_entry_point(pytestconfig: pytest.Confi
 def test_importing_the_plugin_imports_neither_aiohttp_nor_the_emulator() -> None:
     """pytest imports the plugin in every session: that costs neither aiohttp nor the
     emulator (nor the client), only what a test asking for a fixture needs."""
-    code = "import sys, sandboxkit.pytest_plugin; print(' '.join(sorted(sys.modules)))"
+    # As pytest imports it: pytest (`_pytest`) is loaded first.
+    code = "import sys, pytest, sandboxkit.pytest_plugin; print(' '.join(sorted(sys.modules)))"
     run = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
@@ -187,6 +188,17 @@ def test_importing_the_plugin_imports_neither_aiohttp_nor_the_emulator() -> None
         "sandboxkit.pytest_plugin",
     }
     assert not {"attrs", "attr", "cattrs"} & loaded
+
+
+def test_outside_pytest_importing_sandboxkit_loads_the_client() -> None:
+    """An application's `import sandboxkit` loads the client there and then, not on its first
+    use, which is often inside a running event loop that the import would block."""
+    names = ("sandboxkit.client", "aiohttp", "anyio._backends._asyncio")
+    code = f"import sys, sandboxkit; print(*(n in sys.modules for n in {names}))"
+    run = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert run.stdout == "True True True\n"
 
 
 def test_every_public_name_loads_on_first_use() -> None:

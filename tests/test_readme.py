@@ -12,7 +12,6 @@ import pytest
 
 from .standalone_support import Standalone
 
-SLOW_CALLBACK = re.compile(r"^Executing <.*> took \d+\.\d+ seconds$")
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
 
@@ -78,9 +77,8 @@ def test_a_newcomer_pastes_the_first_block_against_the_standalone_emulator(
         )
     finally:
         emulator.stop()
-    # Dev mode's slow-callback notes are timing, not faults (the first call imports aiohttp).
-    stderr = [line for line in done.stderr.splitlines() if not SLOW_CALLBACK.match(line)]
-    assert (done.returncode, stderr) == (0, []), done.stdout + done.stderr
+    # Not even dev mode's slow-callback note: nothing is imported inside the running loop.
+    assert (done.returncode, done.stderr) == (0, ""), done.stdout + done.stderr
     assert "ready" in done.stdout or "info" in done.stdout  # the logs and builds were printed
 
 

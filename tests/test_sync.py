@@ -483,3 +483,68 @@ def test_close_from_another_thread_ends_calls_in_backoff(running: Running, kind:
     assert not reader.is_alive()
     assert [type(e) for e in errors] == [sandboxkit.ClientStateError]
     assert not any(t.name == "sandboxkit-sync" for t in threading.enumerate())
+
+
+# A process that uses the sync client's loop every way a user does, where anyio either finds
+# sniffio (which openai, anthropic, trio and langsmith bring) or, with `no sniffio`, cannot.
+BESIDE_SNIFFIO = """
+import contextvars
+import sys
+
+if sys.argv[1] == "no sniffio":
+    sys.modules["sniffio"] = None  # its import fails, as where it is not installed
+else:
+    import sniffio  # noqa: F401  (fails the test where it is missing, rather than skip it)
+
+import anyio
+import sandboxkit
+from sandboxkit import sync
+from sandboxkit.pytest_plugin import EmulatorThread
+
+span = contextvars.ContextVar("span", default="none")
+
+running = EmulatorThread()
+body = running.create_sandbox()
+with sync.Client(resolver=running.emulator.resolver, data_plane_scheme="http") as client:
+    sbx = client.sandbox_from_response(body)
+    sbx.files.upload("/home/user/f", b"beside")
+    assert sbx.files.read_bytes("/home/user/f") == b"beside"
+
+    async def seen() -> str:
+        await anyio.sleep(0)
+        return span.get()
+
+    span.set("caller's span")
+    print(client._loop.call(seen), flush=True)
+try:
+    with sync.Client(resolver=running.emulator.resolver) as client:
+        client.request("GET", "/api/v2/products")
+        raise LookupError("the user's own error")
+except LookupError:
+    print("left the block", flush=True)
+forgotten = EmulatorThread()  # never closed: its loop thread dies with the process
+running.close()
+"""
+
+
+@pytest.mark.parametrize("sniffio", ["sniffio", "no sniffio"])
+def test_the_loop_runs_calls_whether_or_not_sniffio_is_installed(
+    running: Running, tmp_path: Path, sniffio: str
+) -> None:
+    """Calls reach the loop with the caller's context variables; exits print nothing.
+
+    Handed over as `TaskGroup.start_soon` in a bare callback, every call hung beside sniffio:
+    anyio asked it which library ran the callback, sniffio could not tell outside a task,
+    and the call never started.
+    """
+    script = tmp_path / "beside.py"
+    script.write_text(BESIDE_SNIFFIO)
+    done = subprocess.run(
+        [sys.executable, "-X", "dev", "-W", "error", str(script), sniffio],
+        env=emulator_env(running.emu),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout == "caller's span\nleft the block\n"

@@ -351,22 +351,28 @@ def test_without_opentelemetry_calls_work_and_nothing_is_imported() -> None:
     assert (statuses, sent, modules) == ("[502, 200] ['502']", "False", "[]")
 
 
-def test_importing_sandboxkit_does_not_import_opentelemetry_a_client_does() -> None:
-    """opentelemetry is installed here: `import sandboxkit` leaves it alone, the first
-    Client imports it."""
+@pytest.mark.parametrize("under", ["pytest", "an application"])
+def test_opentelemetry_is_imported_with_the_client_never_by_a_client(under: str) -> None:
+    """opentelemetry is installed here: it is imported with sandboxkit's client (in an
+    application, by `import sandboxkit`; where pytest loads the plugin, by first use), never
+    by making a Client, which is often done inside a running loop the import would block."""
     code = textwrap.dedent(
-        """
+        f"""
         import sys
+        {"import pytest" if under == "pytest" else ""}
         import sandboxkit
         print(any(m.startswith("opentelemetry") for m in sys.modules))
+        sandboxkit.Client
+        before = set(sys.modules)
         sandboxkit.Client(api_key="k", base_url="http://127.0.0.1:1")
-        print("opentelemetry.trace" in sys.modules)
+        print("opentelemetry.trace" in before, set(sys.modules) - before)
         """
     )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
     )
-    assert (done.returncode, done.stdout.split()) == (0, ["False", "True"]), done.stderr
+    loaded = "False" if under == "pytest" else "True"
+    assert (done.returncode, done.stdout.split()) == (0, [loaded, "True", "set()"]), done.stderr
 
 
 CANCELLED = "asyncio.exceptions.CancelledError"
