@@ -12,7 +12,8 @@ import asyncio
 import functools
 import ssl as ssl_module
 import time
-from collections.abc import Callable, Mapping, Sequence
+import warnings
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -76,8 +77,10 @@ class Transport:
         resolver: aiohttp.abc.AbstractResolver | None,
         proxies: ProxyRoutes | None = None,
         clock: Callable[[], float] = time.monotonic,
+        created_at: tuple[str, int] = ("sys", 0),
     ) -> None:
         self.base_url = base_url
+        self.created_at = created_at  # the file and line of the code that made the client
         self.limits = limits
         self._ssl = ssl
         self.proxies = proxies if proxies is not None else ProxyRoutes()
@@ -95,6 +98,7 @@ class Transport:
         self._own_resolver = LocalhostResolver() if self._callers_resolver is None else None
         self._resolver = self._callers_resolver or self._own_resolver
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._forgotten: AsyncGenerator[None, None] | None = None
         self._control: aiohttp.ClientSession | None = None
         self.hosts: HostPools[aiohttp.ClientSession] = HostPools(
             self.limits, self._make_host_session, self._clock
@@ -118,6 +122,7 @@ class Transport:
         loop = asyncio.get_running_loop()
         if self._loop is None:
             self._loop = loop
+            self._forgotten = _closed_by_the_loop_if_forgotten(self)
         elif self._loop is not loop:
             raise ClientStateError(
                 "this sandboxkit.Client was first used on another event loop; create one "
@@ -300,6 +305,9 @@ class Transport:
         if self._closed:
             return
         self._closed = True
+        forgotten, self._forgotten = self._forgotten, None
+        if forgotten is not None and not _running(forgotten):  # else it is what closes us
+            await forgotten.aclose()  # told: it now has nothing to close, nor to say
         # Closing a session detaches each connection from the body being read on it, so a
         # read waiting for more bytes would wait forever: end those bodies first (their
         # readers then raise, and the retry loop finds the client closed).
@@ -311,3 +319,49 @@ class Transport:
             self._control = None
         if self._own_resolver is not None:  # a caller's resolver is the caller's to close
             await self._own_resolver.close()
+
+
+def _closed_by_the_loop_if_forgotten(transport: Transport) -> AsyncGenerator[None, None]:
+    """A started async generator that closes `transport`, with a warning, if nothing else does.
+
+    The running loop keeps track of every async generator started in it, and closes each in
+    a task: at its end (`asyncio.run`'s `shutdown_asyncgens`, which uvloop has too), or when
+    it is garbage collected, whichever comes first. Either way the loop still runs, so the
+    sessions close as `aclose()` closes them: one warning of ours, naming where the client
+    was made, instead of aiohttp's (an unclosed connector, its transports and sockets, with
+    their tracebacks) from finalizers that run after the loop is gone.
+
+    Collected while the loop runs, the transport and its sessions go in the same collection
+    (each holds the other), and aiohttp's finalizers may warn first.
+    """
+
+    async def closes() -> AsyncGenerator[None, None]:
+        try:
+            yield
+        finally:
+            if not transport.closed:
+                try:
+                    await transport.aclose()
+                finally:  # closed first: under `-W error` the warning raises
+                    filename, line = transport.created_at
+                    warnings.warn_explicit(
+                        "sandboxkit.Client was never closed; use `async with` or "
+                        "`await client.aclose()`",
+                        ResourceWarning,
+                        filename,  # shown as the line that made the client
+                        line,
+                    )
+
+    forgotten = closes()
+    # Started at once, to its `yield`, which awaits nothing: `asend` is what tells the
+    # running loop of a new async generator (its first-iteration hook).
+    step = forgotten.asend(None)
+    try:
+        step.send(None)
+    except StopIteration:
+        return forgotten
+    raise AssertionError("an async generator that awaits before its first yield")  # never
+
+
+def _running(generator: AsyncGenerator[None, None]) -> bool:
+    return bool(getattr(generator, "ag_running", False))

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import importlib
 import ssl as ssl_module
+import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
@@ -149,6 +150,7 @@ class Client:
             ssl=ssl,
             resolver=resolver,
             proxies=proxies,
+            created_at=_users_line(),
         )
         self._calls = Calls(
             self._transport, self.retry, self.timeout, api_key=key, telemetry=telemetry
@@ -314,3 +316,14 @@ class Client:
         return Sandbox(
             self._calls, address, scheme=self.data_plane_scheme, parallel=self.parallel_downloads
         )
+
+
+def _users_line() -> tuple[str, int]:
+    """The file and line of the innermost caller outside sandboxkit: where a Client was made."""
+    frame = sys._getframe(1)
+    while frame.f_back is not None and frame.f_globals.get("__name__", "").partition(".")[0] in (
+        "sandboxkit",
+        "functools",
+    ):
+        frame = frame.f_back
+    return frame.f_code.co_filename, frame.f_lineno

@@ -548,3 +548,51 @@ def test_the_loop_runs_calls_whether_or_not_sniffio_is_installed(
     )
     assert (done.returncode, done.stderr) == (0, "")
     assert done.stdout == "caller's span\nleft the block\n"
+
+
+# An async Client used on both planes and never closed, in a script run by `asyncio.run`.
+FORGOTTEN_ASYNC = """
+import asyncio
+import json
+import sys
+
+import sandboxkit
+from sandboxkit.emulator import EmulatorResolver
+
+
+async def main() -> None:
+    client = sandboxkit.Client(resolver=EmulatorResolver(), data_plane_scheme="http")
+    await client.request("GET", "/api/v2/products")
+    sbx = client.sandbox_from_response(json.loads(sys.argv[1]))
+    await sbx.files.upload("/home/user/f", b"abc")
+    assert await sbx.files.read_bytes("/home/user/f") == b"abc"
+
+
+asyncio.run(main())
+print("used", flush=True)
+"""
+
+
+def test_a_forgotten_async_client_costs_one_warning_naming_where_it_was_made(
+    running: Running, tmp_path: Path
+) -> None:
+    """Its pools are closed as its loop ends, with one ResourceWarning of ours pointing at
+    the line that made it: none of aiohttp's (connector, transports, sockets), no traceback."""
+    script = tmp_path / "forgotten_async.py"
+    script.write_text(FORGOTTEN_ASYNC)
+    done = subprocess.run(
+        [sys.executable, "-X", "dev", str(script), json.dumps(running.new_sandbox())],
+        env=emulator_env(running.emu),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (done.returncode, done.stdout) == (0, "used\n"), done.stderr
+    made_at = FORGOTTEN_ASYNC.splitlines().index(
+        '    client = sandboxkit.Client(resolver=EmulatorResolver(), data_plane_scheme="http")'
+    )
+    assert done.stderr.splitlines() == [
+        f"{script}:{made_at + 1}: ResourceWarning: sandboxkit.Client was never closed; use "
+        "`async with` or `await client.aclose()`",
+        '  client = sandboxkit.Client(resolver=EmulatorResolver(), data_plane_scheme="http")',
+    ]
