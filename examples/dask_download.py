@@ -37,7 +37,10 @@ def main() -> None:
         sandbox.files.upload("/home/user/hello.txt", b"hello from the sandbox\n" * 1000)
     out = Path(tempfile.mkdtemp(prefix="sandboxkit-dask-"))
     jobs = [batch.DownloadJob(ref, "/home/user/hello.txt", out / f"hello-{n}") for n in range(8)]
-    with LocalCluster(n_workers=2, threads_per_worker=1) as cluster, DaskClient(cluster) as dask:
+    # The dashboard on any free port of loopback (`dask.dashboard_link` tells which): the
+    # default, port 8787 on every address, is taken while another cluster runs.
+    cluster = LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address="127.0.0.1:0")
+    with cluster, DaskClient(cluster) as dask:
         result = download_many_on_dask(dask, config, jobs, concurrency_per_worker=16)
     print(result.summary)
     for outcome in result.failures:

@@ -37,13 +37,14 @@ from .emulator.support import Box as WireBox
 from .emulator.support import idcs as emulator_idcs
 from .emulator.support import new_box as new_wire_box
 from .files_support import RESUME, Box, idcs, new_box
+from .ports_support import take_fixed_binds, watch_binds
 from .reliability_support import settle
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Ctrl-C works in the suite however it was started.
+    """Ctrl-C works in the suite however it was started, and binds to fixed ports are seen.
 
     A shell without job control starts a background job (`make test &` in a script, nohup,
     some CI runners) with SIGINT ignored, and children inherit that: the tests that press
@@ -52,6 +53,7 @@ def pytest_configure(config: pytest.Config) -> None:
     """
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    watch_binds()  # for no_fixed_port, below
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -331,6 +333,15 @@ async def loop_reports() -> AsyncIterator[list[dict[str, Any]]]:
         await settle(lambda: False, rounds=5)
     loop.set_exception_handler(previous)
     assert not reports, [str(r.get("message")) + repr(r.get("exception")) for r in reports]
+
+
+@pytest.fixture(autouse=True)
+def no_fixed_port() -> Iterator[None]:
+    """Fail the test that bound a fixed port (or whose module's fixture did): another
+    program may hold it, and the test then fails on that machine only. Bind port 0."""
+    yield
+    fixed = take_fixed_binds()
+    assert not fixed, f"bound fixed ports {fixed}: another program may hold them; bind port 0"
 
 
 @pytest.fixture(autouse=True)

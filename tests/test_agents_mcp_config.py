@@ -6,10 +6,14 @@ shows a token; a good one gives frozen values whose repr hides the tokens.
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
+import re
+import site
 import subprocess
 import sys
 import textwrap
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -18,7 +22,7 @@ from click.testing import CliRunner
 from sandboxkit.agents import ToolLimits
 from sandboxkit.agents._mcp_config import ConfigError, McpConfig, load_config, toolkit_from_config
 from sandboxkit.cli import cli
-from sandboxkit.cli._mcp import is_loopback
+from sandboxkit.cli._mcp import is_loopback, meets
 
 SECRET = "tok-7f3a9c1e-do-not-show"
 ENV = {"DEV_TOKEN": SECRET}
@@ -208,31 +212,99 @@ def test_the_command_exits_2_with_one_line_for_a_bad_file(tmp_path: Path) -> Non
     assert SECRET not in result.stderr
 
 
-def test_without_the_extra_the_command_says_how_to_install_it(tmp_path: Path) -> None:
-    """With `mcp` missing, `sandboxkit mcp` prints the pip line and exits 2."""
-    hide = textwrap.dedent(
-        """
-        import sys
-        class Hide:
-            def find_spec(self, name, path=None, target=None):
-                if name == "mcp" or name.startswith("mcp."):
-                    raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-                return None
-        sys.meta_path.insert(0, Hide())
-        sys.argv = ["sandboxkit", "mcp"]
-        from sandboxkit.cli import main
-        main()
-        """
+ROOT = Path(__file__).resolve().parent.parent
+# `sandboxkit mcp` as its console script runs it, in a child process.
+RUN_COMMAND = (
+    "import sys\nsys.argv = ['sandboxkit', 'mcp']\nfrom sandboxkit.cli import main\nmain()"
+)
+# mcp's modules and their metadata (mcp_types comes with mcp 2).
+MCP_ENTRY = re.compile(r"mcp(_types)?(-[^-]+\.dist-info)?", re.IGNORECASE)
+
+
+def run_command(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """`python ARGS` with `env` added to this environment, less any SANDBOXKIT_ variable."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("SANDBOXKIT_")}
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, env={**base, **env}, timeout=120
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SANDBOXKIT_")}
-    done = subprocess.run(
-        [sys.executable, "-c", hide], capture_output=True, text=True, env=env, timeout=120
-    )
+
+
+def test_without_mcp_the_command_says_to_install_the_extra(tmp_path: Path) -> None:
+    """With `mcp` not installed (neither modules nor metadata), `sandboxkit mcp` prints the
+    pip line and exits 2."""
+    # This environment's site-packages as links, less mcp's entries, and only that.
+    view = tmp_path / "site-packages"
+    view.mkdir()
+    for packages in map(Path, site.getsitepackages()):
+        for entry in packages.iterdir():
+            if not MCP_ENTRY.fullmatch(entry.name) and not (view / entry.name).exists():
+                (view / entry.name).symlink_to(entry)
+    assert not (view / "mcp").exists() and (view / "click").exists()
+    done = run_command("-S", "-c", f"import site\nsite.addsitedir({str(view)!r})\n{RUN_COMMAND}")
     assert done.returncode == 2, done.stderr
     assert done.stdout == ""
-    assert done.stderr.strip() == (
+    assert done.stderr.splitlines() == [
         "error: sandboxkit mcp needs the mcp extra: pip install 'sandboxkit-sdk[mcp]'"
-    )
+    ]
+
+
+def fake_mcp(tmp_path: Path, version: str) -> Path:
+    """A directory holding an `mcp` package with none of the modules the server imports,
+    and the metadata of `mcp` `version`: first on the path, it is the `mcp` installed."""
+    (tmp_path / "mcp").mkdir()
+    (tmp_path / "mcp" / "__init__.py").write_text("")
+    (tmp_path / f"mcp-{version}.dist-info").mkdir()
+    metadata = f"Metadata-Version: 2.1\nName: mcp\nVersion: {version}\n"
+    (tmp_path / f"mcp-{version}.dist-info" / "METADATA").write_text(metadata)
+    return tmp_path
+
+
+def test_an_old_mcp_is_one_line_naming_both_versions_and_the_ways_out(tmp_path: Path) -> None:
+    """An `mcp` older than the extra's (another package held it back): one line with the
+    installed and the required version, the upgrade, and the environment of its own; the
+    required one is the extra's in pyproject.toml, read from the installed metadata."""
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    [required] = [r for r in extra["optional-dependencies"]["mcp"] if r.startswith("mcp")]
+    required = required.replace(" ", "")
+    done = run_command("-c", RUN_COMMAND, PYTHONPATH=str(fake_mcp(tmp_path, "1.26.0")))
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == ""
+    assert done.stderr.splitlines() == [
+        f"error: sandboxkit mcp needs {required} (installed: 1.26.0): pip install -U "
+        f"'{required}', or run it from an environment of its own: "
+        "uvx --from 'sandboxkit-sdk[mcp]' sandboxkit mcp"
+    ]
+
+
+def test_an_mcp_of_the_right_version_that_fails_to_import_shows_the_error(
+    tmp_path: Path,
+) -> None:
+    """A broken `mcp` whose version is the extra's: the pip line and the import's error,
+    never a claim that the version is wrong."""
+    installed = importlib.metadata.version("mcp")
+    done = run_command("-c", RUN_COMMAND, PYTHONPATH=str(fake_mcp(tmp_path, installed)))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        "error: sandboxkit mcp needs the mcp extra: pip install 'sandboxkit-sdk[mcp]' "
+        "(No module named 'mcp.server')"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("version", "requirement", "met"),
+    [
+        ("1.26.0", "mcp>=2.3", False),
+        ("2.3", "mcp>=2.3", True),
+        ("2.3.0", "mcp>=2.3", True),
+        ("2.10.1", "mcp>=2.3", True),
+        ("2.3.0rc1", "mcp>=2.3", True),  # a pre-release counts as its release
+        ("3.0.0", "mcp<3,>=2.3", False),
+        ("2.9", "mcp[cli]<3,>=2.3", True),
+        ("2.4", "mcp~=2.3", True),  # not understood: the import decides
+    ],
+)
+def test_meets_compares_release_numbers(version: str, requirement: str, met: bool) -> None:
+    assert meets(version, requirement) is met
 
 
 def test_importing_sandboxkit_and_its_agents_never_imports_mcp() -> None:

@@ -42,7 +42,9 @@ def dask_client() -> Iterator[object]:
             processes=True,
             n_workers=2,
             threads_per_worker=1,
-            dashboard_address=None,  # no web UI: nothing to bind, nothing to warn about
+            # The scheduler's HTTP server starts even with dashboard_address=None, on 8787:
+            # any free port on loopback instead, so an open dashboard is no conflict.
+            dashboard_address="127.0.0.1:0",
         ) as cluster,
         distributed.Client(cluster) as client,
     ):

@@ -307,7 +307,8 @@ def test_python_block_runs_against_the_emulator(key: str, tmp_path: Path) -> Non
 
 def test_the_mcp_config_example_loads_and_the_client_entry_starts_it(tmp_path: Path) -> None:
     """The README's `mcp.toml` is a valid `sandboxkit mcp` configuration (its token from the
-    variable it names), and its MCP client entry runs `sandboxkit mcp --config FILE`."""
+    variable it names), and its MCP client entries run `sandboxkit mcp --config FILE`, as
+    installed and from an environment of its own (uvx)."""
     import json
 
     from sandboxkit.agents._mcp_config import load_config
@@ -321,6 +322,10 @@ def test_the_mcp_config_example_loads_and_the_client_entry_starts_it(tmp_path: P
     assert config.templates is False and config.limits.max_copy == 100 << 20
     assert config.workspace == tmp_path / "agent-files"
     assert "sat-readme" not in repr(config) and "sk-readme" not in repr(config)
-    [entry] = [json.loads(b) for b in re.findall(r"```json\n(.*?)```", README, flags=re.DOTALL)]
-    server = entry["mcpServers"]["sandboxkit"]
-    assert server["command"] == "sandboxkit" and server["args"][:2] == ["mcp", "--config"]
+    entries = [json.loads(b) for b in re.findall(r"```json\n(.*?)```", README, flags=re.DOTALL)]
+    installed, own = [entry["mcpServers"]["sandboxkit"] for entry in entries]
+    assert installed["command"] == "sandboxkit" and installed["args"][:2] == ["mcp", "--config"]
+    # The same command from an environment of its own, with the same variables.
+    assert own["command"] == "uvx"
+    assert own["args"] == ["--from", "sandboxkit-sdk[mcp]", "sandboxkit", *installed["args"]]
+    assert own["env"] == installed["env"]

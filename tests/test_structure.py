@@ -6,12 +6,16 @@ import ast
 import importlib
 import pkgutil
 import re
+import socket
+import sys
 from pathlib import Path
 
 import pytest
 
 import sandboxkit
 from sandboxkit import errors, models
+
+from .ports_support import ephemeral_ports, take_fixed_binds
 
 ROOT = Path(sandboxkit.__file__).parent
 
@@ -273,3 +277,20 @@ def test_no_file_under_tests_imports_a_fixture() -> None:
             rel = path.relative_to(TESTS).as_posix()
             imported += [f"{rel}: {a.name}" for a in node.names if a.name in fixtures]
     assert imported == []
+
+
+def test_a_bind_to_a_fixed_port_is_recorded_for_no_fixed_port() -> None:
+    """What the no_fixed_port fixture fails a test for: a bind to a port neither 0 nor
+    ephemeral, in either family; a real bind to port 0 and a rebind of an ephemeral port
+    are fine."""
+    ports = ephemeral_ports()
+    if ports is None:
+        pytest.skip("the ephemeral range is known on Linux only")
+    # The events sock.bind() raises before it binds: the test takes no fixed port itself.
+    with socket.socket() as v4, socket.socket(socket.AF_INET6) as v6:
+        sys.audit("socket.bind", v4, ("127.0.0.1", 8787))
+        sys.audit("socket.bind", v4, ("127.0.0.1", ports[0]))
+        sys.audit("socket.bind", v6, ("::1", ports[-1], 0, 0))
+        sys.audit("socket.bind", v6, ("::1", 8000, 0, 0))
+        v4.bind(("127.0.0.1", 0))
+    assert take_fixed_binds() == [("127.0.0.1", 8787), ("::1", 8000)]

@@ -7,9 +7,12 @@ log line goes to stderr.
 
 from __future__ import annotations
 
+import importlib.metadata
 import ipaddress
 import logging
+import operator
 import os
+import re
 import sys
 from typing import NoReturn
 
@@ -17,9 +20,70 @@ import click
 
 from ._app import EXIT_INPUT, Settings
 
-__all__ = ["is_loopback", "mcp"]
+__all__ = ["is_loopback", "mcp", "mcp_unusable", "meets"]
 
 _INSTALL = "sandboxkit mcp needs the mcp extra: pip install 'sandboxkit-sdk[mcp]'"
+# Where another package holds `mcp` back, the server runs from an environment of its own.
+_OWN_ENVIRONMENT = "uvx --from 'sandboxkit-sdk[mcp]' sandboxkit mcp"
+_COMPARE = {
+    ">=": operator.ge,
+    "<=": operator.le,
+    ">": operator.gt,
+    "<": operator.lt,
+    "==": operator.eq,
+    "!=": operator.ne,
+}
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """A version's release numbers, trailing zeros dropped: "2.3.0rc1" is (2, 3)."""
+    found = re.match(r"\d+(?:\.\d+)*", version.strip())
+    numbers = [int(n) for n in found.group().split(".")] if found else []
+    while numbers and numbers[-1] == 0:
+        numbers.pop()
+    return tuple(numbers)
+
+
+def meets(version: str, requirement: str) -> bool:
+    """Whether `version` meets `requirement`'s comparisons ("mcp<3,>=2.3"), by release
+    numbers (a pre-release counts as its release); a form not understood counts as met."""
+    clauses = re.sub(r"^[A-Za-z0-9._-]+(\[[^\]]*\])?", "", requirement.strip()).split(",")
+    for clause in clauses:
+        found = re.fullmatch(r"\s*(>=|<=|==|!=|>|<)\s*([0-9][0-9A-Za-z.+]*)\s*", clause)
+        if found and not _COMPARE[found[1]](_release(version), _release(found[2])):
+            return False
+    return True
+
+
+def _mcp_requirement() -> str | None:
+    """The mcp extra's requirement on `mcp` ("mcp>=2.3"), from this distribution's metadata
+    (pyproject.toml, the one place it is written); None when that is not installed."""
+    try:
+        requires = importlib.metadata.requires("sandboxkit-sdk") or []
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    for line in requires:
+        spec, _, marker = line.partition(";")
+        in_extra = re.fullmatch(r"""\s*extra\s*==\s*["']mcp["']\s*""", marker)
+        if in_extra and re.match(r"mcp\s*[\[<>=!~]", spec.strip()):
+            return spec.strip()
+    return None
+
+
+def mcp_unusable(exc: ImportError) -> str:
+    """The line for `mcp` failing to import: not installed (the extra), too old or new for
+    the extra (both versions and the two ways out), or broken (the import's error)."""
+    try:
+        installed = importlib.metadata.version("mcp")
+    except importlib.metadata.PackageNotFoundError:
+        return _INSTALL
+    required = _mcp_requirement()
+    if required is None or meets(installed, required):
+        return f"{_INSTALL} ({exc})"
+    return (
+        f"sandboxkit mcp needs {required} (installed: {installed}): pip install -U "
+        f"'{required}', or run it from an environment of its own: {_OWN_ENVIRONMENT}"
+    )
 
 
 def is_loopback(host: str) -> bool:
@@ -88,9 +152,8 @@ def mcp(settings: Settings, config_path: str | None, transport: str, host: str, 
     """
     try:
         from sandboxkit.agents._mcp import build_server, serve_http, serve_stdio
-    except ImportError as exc:
-        missing = (exc.name or "").partition(".")[0] in ("mcp", "mcp_types")
-        _fail(_INSTALL if missing else f"{_INSTALL} ({exc})")  # absent, or broken / too old
+    except ImportError as exc:  # the import decides; the metadata only explains why
+        _fail(mcp_unusable(exc))
     from sandboxkit.agents._mcp_config import ConfigError, load_config, toolkit_from_config
 
     try:
