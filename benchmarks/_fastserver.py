@@ -16,7 +16,7 @@ import asyncio
 import json
 import random
 import sys
-from typing import Any
+from typing import Any, cast
 
 from _server import DATA_PLANE_SUFFIX, _announce, _command_loop, die_with_parent, token_for
 
@@ -33,8 +33,9 @@ class _Files(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # A stream transport, but not always an asyncio.Transport: uvloop's do not subclass
+        # asyncio's classes, so isinstance() would refuse them.
+        self._transport = cast(asyncio.Transport, transport)
         self._server.connects += 1
 
     def data_received(self, data: bytes) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import cast
 from urllib.parse import parse_qs, urlsplit
 
 BUFFER = 1 << 20
@@ -40,8 +41,9 @@ class _Receiver(asyncio.BufferedProtocol):
         self.authorized = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # A stream transport, but not always an asyncio.Transport: uvloop's do not subclass
+        # asyncio's classes, so isinstance() would refuse them.
+        self.transport = cast(asyncio.Transport, transport)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self.buffer

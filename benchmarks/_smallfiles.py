@@ -27,7 +27,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 from _measure import fan_out, median, paired_ratio
@@ -199,8 +199,9 @@ class _Connection(asyncio.Protocol):
         self._need = -1  # body bytes still to come; -1: reading the head
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # A stream transport, but not always an asyncio.Transport: uvloop's do not subclass
+        # asyncio's classes, so isinstance() would refuse them.
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         buffer = self._buffer

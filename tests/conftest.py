@@ -6,10 +6,12 @@
 - the emulator on a manual clock, spoken to in raw HTTP by its own tests: manual_clock,
   clocked_emulator, raw_http, wire_box, bearer;
 - the emulator on a loop thread of its own, for the CLI: emulator_thread;
-- loop_reports, for modules that mark themselves with it.
+- loop_reports, for modules that mark themselves with it;
+- requested_loop: which event loop the run was asked for.
 
 Cases marked `slow` are skipped unless SANDBOXKIT_RUN_SLOW=1 (the one switch; the marker's
-help in pyproject.toml says the same).
+help in pyproject.toml says the same). `--event-loop=uvloop` (or SANDBOXKIT_TEST_LOOP=uvloop)
+makes every event loop of the run a uvloop one.
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Ctrl-C works in the suite however it was started, and binds to fixed ports are seen.
+    """Ctrl-C works in the suite however it was started; binds to fixed ports are seen; the
+    event loop asked for is set.
 
     A shell without job control starts a background job (`make test &` in a script, nohup,
     some CI runners) with SIGINT ignored, and children inherit that: the tests that press
@@ -54,12 +57,73 @@ def pytest_configure(config: pytest.Config) -> None:
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     watch_binds()  # for no_fixed_port, below
+    loop = requested(config)
+    config.stash[LOOP_KEY] = loop
+    config.stash[PREVIOUS_POLICY_KEY] = asyncio.get_event_loop_policy()
+    policy = loop_policy(loop)
+    if policy is not None:
+        asyncio.set_event_loop_policy(policy)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The policy goes back to what it was (for a pytest run inside another program)."""
+    if PREVIOUS_POLICY_KEY in config.stash:
+        asyncio.set_event_loop_policy(config.stash[PREVIOUS_POLICY_KEY])
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--soak", action="store_true", help="run the 5-minute soak (a 20 s one always runs)"
     )
+    parser.addoption(
+        "--event-loop",
+        choices=LOOPS,
+        default=None,
+        help=f"the event loop of every test: asyncio (the default) or uvloop; ${TEST_LOOP} "
+        "says the same when the option is not given",
+    )
+
+
+# Which event loop the run uses. A global policy covers every loop made in this process:
+# pytest-asyncio's (its `event_loop_policy` fixture returns the global one), asyncio.run,
+# anyio.run and start_blocking_portal, the sync client's loop thread, new_event_loop().
+# Subprocesses the tests start use their own default. (Policies are deprecated from Python
+# 3.14, which the project does not support yet.)
+TEST_LOOP = "SANDBOXKIT_TEST_LOOP"
+LOOPS = ("asyncio", "uvloop")
+LOOP_KEY = pytest.StashKey[str]()
+PREVIOUS_POLICY_KEY = pytest.StashKey[asyncio.AbstractEventLoopPolicy]()
+
+
+def requested(config: pytest.Config) -> str:
+    """The loop asked for: `--event-loop`, else $SANDBOXKIT_TEST_LOOP, else asyncio."""
+    loop = config.getoption("--event-loop") or os.environ.get(TEST_LOOP, "") or "asyncio"
+    if loop not in LOOPS:
+        raise pytest.UsageError(f"{TEST_LOOP}={loop!r}: expected one of {', '.join(LOOPS)}")
+    return str(loop)
+
+
+def loop_policy(loop: str) -> asyncio.AbstractEventLoopPolicy | None:
+    """The policy that makes `loop`'s loops (None: leave asyncio's own).
+
+    uvloop asked for but missing stops the run: it must never quietly test the standard
+    loop instead.
+    """
+    if loop == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError as exc:
+        raise pytest.UsageError(
+            f"the event loop asked for is uvloop, which is not installed: {exc}"
+        ) from exc
+    return uvloop.EventLoopPolicy()
+
+
+@pytest.fixture
+def requested_loop(request: pytest.FixtureRequest) -> str:
+    """The event loop this run was asked for: "asyncio" or "uvloop"."""
+    return request.config.stash[LOOP_KEY]
 
 
 RUN_SLOW = "SANDBOXKIT_RUN_SLOW"

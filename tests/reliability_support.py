@@ -95,26 +95,48 @@ def _socket_inodes() -> set[str]:
     return {target[8:-1] for target in fd_targets() if target.startswith("socket:[")}
 
 
+def _tcp_table() -> list[list[str]]:
+    """The fields of each TCP socket's line in /proc/net/tcp and tcp6, the kernel's."""
+    rows = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        rows.extend(line.split() for line in lines)
+    return rows
+
+
+LISTEN = "0A"  # a TCP state in /proc/net/tcp
+
+
 def open_sockets() -> int:
-    """Socket file descriptors this process holds (all kinds, servers' included)."""
-    return len(_socket_inodes())
+    """Sockets this process holds: its socket descriptors (all kinds, servers' included), and
+    the connections its listeners have yet to accept.
+
+    The second part makes the count the same on every event loop: libuv (under uvloop)
+    accepts one connection per loop turn, so a busy in-process server keeps dozens waiting
+    in its backlog, without descriptors, that asyncio's loop would have accepted at once.
+    """
+    inodes = _socket_inodes()
+    # A listener's receive-queue column is its accept backlog's length.
+    waiting = sum(
+        int(fields[4].split(":")[1], 16)
+        for fields in _tcp_table()
+        if fields[3] == LISTEN and fields[9] in inodes
+    )
+    return len(inodes) + waiting
 
 
 def client_sockets(ports: Iterable[int]) -> int:
     """TCP sockets of this process whose remote end is one of `ports` (the client side)."""
     wanted = set(ports)
     inodes = _socket_inodes()
-    count = 0
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            if int(fields[2].rsplit(":", 1)[1], 16) in wanted and fields[9] in inodes:
-                count += 1
-    return count
+    return sum(
+        1
+        for fields in _tcp_table()
+        if int(fields[2].rsplit(":", 1)[1], 16) in wanted and fields[9] in inodes
+    )
 
 
 def rss() -> int:
