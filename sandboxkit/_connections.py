@@ -1,10 +1,11 @@
 """aiohttp's connection protocol as sandboxkit's connections run it (`LazyReadTimer`): one
-read timer moved lazily, and bytes past an answer refused. Every session's connector makes
-its connections with it (`_transport`); `_bodies` quiets its timer for a body a watchdog
-times instead."""
+read timer moved lazily, bytes past an answer refused, and a drain left behind by a
+cancelled writer retrieved. Every session's connector makes its connections with it
+(`_transport`); `_bodies` quiets its timer for a body a watchdog times instead."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import aiohttp
@@ -31,7 +32,8 @@ class LazyReadTimer(_Handler):
     timeout keeps aiohttp's meaning (the longest wait for the peer between two pieces).
     tests/test_read_timer.py fails if aiohttp stops calling `_reschedule_timeout`.
 
-    It also closes a connection that gets bytes past its answer (`_refuse_stray`).
+    It also closes a connection that gets bytes past its answer (`_refuse_stray`), and on
+    aiohttp before 3.14 retrieves what a cancelled writer's drain leaves (`connection_lost`).
     """
 
     _read_due = 0.0
@@ -71,6 +73,17 @@ class LazyReadTimer(_Handler):
                 started = True
             if started:
                 self._refuse_stray()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        # aiohttp before 3.14 waits for the socket to drain under `asyncio.shield`: a writer
+        # cancelled meanwhile (an upload cancelled while its server stopped reading) leaves
+        # the waiter behind, and the connection's loss sets on it an exception nobody
+        # retrieves (asyncio logs "Future exception was never retrieved"). Retrieving it
+        # changes nothing else: a writer still waiting gets it through its shield.
+        waiter: asyncio.Future[None] | None = getattr(self, "_drain_waiter", None)
+        _Handler.connection_lost(self, exc)
+        if waiter is not None and waiter.done() and not waiter.cancelled():
+            waiter.exception()
 
     def _answer_ended(self) -> None:
         self._ended = self._parser

@@ -177,24 +177,34 @@ class HostRequest:
         return lean.head(self._target, headers) if isinstance(lean, Route) else None
 
     async def _end(self, exc: BaseException | None) -> None:
+        # Each step runs even if one before it raised (a bug, an aiohttp unlike the one we
+        # know): a connection or a pool slot never given back is one that every later
+        # request to this host waits for, once the host's limit of them is held.
         received = None
-        response = self._response
-        if response is not None:
-            self._response = None
-            self._transport.reading.discard(response)
-            assert self._streaming is not None
-            received = self._streaming.received  # as they came, coded or not
-            # An unread body means the connection cannot be reused: drop it at once rather
-            # than leave it half-read (cancellation included). A body read below the parser
-            # (`_ring`) never leaves aiohttp's reader at its end.
-            if response.content.at_eof():
-                response.release()
-            else:
-                response.close()
-        if self._headed:  # the circuit hears how an answer whose head came ended
-            self._transport.circuits.ended(self._host.origin, self._headed, exc, received or 0)
-        if self._exchange is not None:
-            self._exchange.end(exc, received)
-        pool, self._pool = self._pool, None
-        if pool is not None and self._transport.hosts.release(pool, self):
-            await self._transport.hosts.close_released(pool)
+        try:
+            response = self._response
+            if response is not None:
+                self._response = None
+                self._transport.reading.discard(response)
+                try:
+                    assert self._streaming is not None
+                    received = self._streaming.received  # as they came, coded or not
+                finally:
+                    # An unread body means the connection cannot be reused: drop it at once
+                    # rather than leave it half-read (cancellation included). A body read
+                    # below the parser (`_ring`) never leaves aiohttp's reader at its end.
+                    if response.content.at_eof():
+                        response.release()
+                    else:
+                        response.close()
+        finally:
+            try:
+                if self._headed:  # the circuit hears how an answer whose head came ended
+                    origin = self._host.origin
+                    self._transport.circuits.ended(origin, self._headed, exc, received or 0)
+                if self._exchange is not None:
+                    self._exchange.end(exc, received)
+            finally:
+                pool, self._pool = self._pool, None
+                if pool is not None and self._transport.hosts.release(pool, self):
+                    await self._transport.hosts.close_released(pool)

@@ -11,10 +11,12 @@ import anyio
 import pytest
 
 import sandboxkit
+from sandboxkit._bodies import StreamingResponse
 from sandboxkit._config import Limits
 from sandboxkit._pools import HostKey, HostPools
 
-from .conftest import API_KEY, ScriptServer, answer
+from .conftest import API_KEY, ScriptServer, answer, hostile_client, raw
+from .reliability_support import busy_connections
 
 
 class FakeSession:
@@ -718,3 +720,28 @@ async def test_a_pool_handed_to_a_request_cancelled_with_no_one_behind_is_closed
         await b_request
     assert [(s.origin, s.closed) for s in made] == [("http://a", True), ("http://b", False)]
     assert (len(pools), pools.sockets, pools._spare) == (1, 0, 0) and not pools._waiters
+
+
+async def test_a_request_whose_end_fails_still_gives_back_its_connection_and_slot(
+    script_server: ScriptServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An error while a data-plane request ends (here in its body's count, where aiohttp
+    before 3.11.12 raised for every empty body) still pools its connection and frees its
+    slot: a slot kept per failure would leave the host's later requests waiting forever."""
+    script_server.always("GET", "/files", raw(b"data", content_type="application/octet-stream"))
+
+    def broken(_: StreamingResponse) -> int:
+        raise RuntimeError("the count failed")
+
+    monkeypatch.setattr(StreamingResponse, "received", property(broken))
+    limits = Limits(per_host_connections=2, max_sandbox_connections=2)
+    async with hostile_client(script_server.url, limits=limits) as client:
+        port = script_server.url.rsplit(":", 1)[1]
+        sbx = client.sandbox(sandbox_key="s", domain=f"sandbox.test:{port}", access_token="t")
+        with anyio.fail_after(10):
+            for _ in range(3):  # more than the host's slots
+                with pytest.raises(RuntimeError, match="the count failed"):
+                    await sbx.files.read_bytes("/f.bin")
+            assert busy_connections(client) == 0
+            monkeypatch.undo()
+            assert await sbx.files.read_bytes("/f.bin") == b"data"

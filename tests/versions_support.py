@@ -24,6 +24,8 @@ import attrs
 from aiohttp import web
 from multidict import CIMultiDict
 
+from sandboxkit.emulator._core import request_key
+
 from .reliability_support import LoopbackServer, pump
 
 Mode = Literal["rfc", "aiohttp", "last-modified", "none"]
@@ -45,7 +47,7 @@ class Exchange:
     last_modified: str | None = None
 
 
-EXCHANGE = web.RequestKey("exchange", Exchange)
+EXCHANGE = request_key("exchange", Exchange)
 
 
 def place(path: Path, data: bytes, mtime: int) -> None:

@@ -6,7 +6,7 @@ import hmac
 import secrets
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from aiohttp import web
 
@@ -18,9 +18,24 @@ from ._v1state import V1State
 from ._values import Idc, RecordedRequest
 from ._wire import V2Problem, new_request_id
 
-__all__ = ["CORE", "FAULT", "REQUEST_ID", "ROUTES", "SANDBOX", "Core", "RouteTable", "new_api_key"]
+__all__ = [
+    "CORE",
+    "FAULT",
+    "REQUEST_ID",
+    "ROUTES",
+    "SANDBOX",
+    "Core",
+    "RouteTable",
+    "new_api_key",
+    "request_key",
+]
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+T = TypeVar("T")
+
+# aiohttp 3.14 types what a request carries (`web.RequestKey`) and warns of a plain str key;
+# before it there is no such class, and a request takes str keys (and never warns).
+_REQUEST_KEY: Any = getattr(web, "RequestKey", None)
 
 
 class RouteTable:
@@ -129,9 +144,20 @@ class Core:
 
 CORE = web.AppKey("sandboxkit_emulator_core", Core)
 ROUTES = web.AppKey("sandboxkit_emulator_routes", RouteTable)
-REQUEST_ID = web.RequestKey("sandboxkit_emulator_request_id", str)
-SANDBOX = web.RequestKey("sandboxkit_emulator_sandbox", Sandbox)
-FAULT = web.RequestKey("sandboxkit_emulator_fault", Fault)
+
+
+def request_key(name: str, kind: type[T]) -> web.RequestKey[T]:
+    """A key for a value a request carries from the middleware to its route: aiohttp's
+    typed `web.RequestKey` where it has one (3.14 on), else the plain str `name`, which an
+    older aiohttp's request takes as it is (so the emulator runs on aiohttp 3.11 too)."""
+    if _REQUEST_KEY is None:
+        return cast("web.RequestKey[T]", name)
+    return cast("web.RequestKey[T]", _REQUEST_KEY(name, kind))
+
+
+REQUEST_ID = request_key("sandboxkit_emulator_request_id", str)
+SANDBOX = request_key("sandboxkit_emulator_sandbox", Sandbox)
+FAULT = request_key("sandboxkit_emulator_fault", Fault)
 
 
 def new_api_key() -> str:

@@ -15,7 +15,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from .. import _operations as ops
-from ._core import CORE, FAULT, REQUEST_ID, ROUTES, SANDBOX, Core
+from ._core import CORE, FAULT, REQUEST_ID, ROUTES, SANDBOX, Core, request_key
 from ._dataplane import cut_transport
 from ._faults import Fault
 from ._v1 import v1_not_found
@@ -85,7 +85,7 @@ class JournalSlot:
         self.record = done
 
 
-SLOT = web.RequestKey("sandboxkit_emulator_slot", JournalSlot)
+SLOT = request_key("sandboxkit_emulator_slot", JournalSlot)
 
 
 async def record_prepared(request: web.BaseRequest, response: web.StreamResponse) -> None:
