@@ -152,6 +152,13 @@ class _Member(Generic[_P, _R]):
 
         self._unbound = unbound
 
+    def __set_name__(self, owner: type[Any], name: str) -> None:
+        # functools.wraps gave it the async method's module and names; it is the facade's own
+        # (else help() on 3.13 says "from sandboxkit.client.Client", and pickle refuses it).
+        self._unbound.__module__ = owner.__module__
+        self._unbound.__qualname__ = f"{owner.__qualname__}.{name}"
+        self._unbound.__name__ = name
+
     @overload
     def __get__(self, facade: None, owner: type[Any]) -> Callable[..., _R]: ...
     @overload

@@ -3,7 +3,9 @@ what streams return, and help() shows `templates`, `v1` and `Sandbox.files`."""
 
 from __future__ import annotations
 
+import inspect
 import pydoc
+import re
 import typing
 
 import pytest
@@ -88,9 +90,25 @@ def test_help_and_dir_show_what_a_user_calls() -> None:
 
     shown = pydoc.render_doc(sync.Client, renderer=pydoc.plaintext)
     assert "Unpack" not in shown and "_Member" not in shown and "object at 0x" not in shown
+    # The constructor's signature heads the page: on one line before 3.13, one option a line
+    # from 3.13 on. Either way every option is there by name with its type and default.
+    head = shown[shown.index("\n |  Client(") : shown.index("The blocking client")]
+    assert re.match(r"\n \|  Client\(\s*(\|\s*)?\*,", head), head  # keyword-only
     key = "'str | Callable[[], str] | Callable[[], Awaitable[str]] | None'"
-    assert f"Client(*, api_key: {key} = None, base_url:" in shown
+    assert f"api_key: {key} = None" in head
+    for option in inspect.signature(sandboxkit.Client).parameters.values():
+        assert str(option) in head
     assert "sandbox_from_response(self, body: 'Mapping[str, Any]') -> 'Sandbox'" in shown
+    # The members are the sync class's own, not the async class's they wrap (3.13's help()
+    # would say "from sandboxkit.client.Client"), under the name they are called by.
+    assert " from sandboxkit." not in shown
+    assert "\n |  close(self) -> 'None'" in pydoc.render_doc(sync.Sandbox, renderer=pydoc.plaintext)
+    for facade in {sync.Client, *sync._FACADES.values()}:
+        for name, member in vars(facade).items():
+            if isinstance(member, sync._Member):
+                method = getattr(facade, name)
+                where = (method.__module__, method.__qualname__)
+                assert where == ("sandboxkit.sync", f"{facade.__qualname__}.{name}")
     assert "client.sandbox_from_response(answer)" in pydoc.render_doc(
         sandboxkit.Sandbox, renderer=pydoc.plaintext
     )

@@ -2,9 +2,9 @@
 index's `sandboxkit` is another project), its extras are there, and from a fresh virtual
 environment `import sandboxkit`, `python -m sandboxkit` and the `sandboxkit` command work.
 
-The wheel is built from this checkout with the build backend the `test` extra installs (no
-download); the fresh environment borrows the dependencies of this one through a path file,
-never this checkout's own `sandboxkit`.
+The wheel is built from this checkout by the build backend the `test` extra installs (no
+download, and no pip needed in the testing environment); the fresh environment borrows the
+dependencies of this one through a path file, never this checkout's own `sandboxkit`.
 """
 
 from __future__ import annotations
@@ -27,12 +27,15 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
-    build = ["wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out), str(ROOT)]
+    # The backend's PEP 517 hook, called in the checkout as a build frontend calls it: no pip
+    # (an environment made by uv has none) and no download.
+    hook = "import sys, hatchling.build; hatchling.build.build_wheel(sys.argv[1])"
     subprocess.run(
-        [sys.executable, "-m", "pip", *build],
+        [sys.executable, "-c", hook, str(out)],
         check=True,
         capture_output=True,
         timeout=300,
+        cwd=ROOT,
     )
     [built] = out.glob("*.whl")
     return built
