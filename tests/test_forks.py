@@ -14,6 +14,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ import pytest
 
 import sandboxkit
 from sandboxkit import sync
+from sandboxkit._sync_loop import Loop
 from sandboxkit.emulator import Emulator, ManualClock
 
 from .reliability_support import emulator_env, run_on_emulator, sessions_of
@@ -168,6 +170,7 @@ import os
 import sys
 
 from sandboxkit import sync
+from sandboxkit._sync_loop import Loop
 from sandboxkit.emulator import EmulatorResolver
 
 client = sync.Client(resolver=EmulatorResolver())
@@ -206,6 +209,7 @@ forked_with = []
 os.register_at_fork(before=lambda: forked_with.append(len(os.listdir("/proc/self/task"))))
 
 from sandboxkit import sync
+from sandboxkit._sync_loop import Loop
 from sandboxkit.emulator import EmulatorResolver
 
 DATA = os.urandom(3 << 20)
@@ -248,3 +252,34 @@ def test_a_sync_client_forks_with_no_thread_of_its_own(served: Running, tmp_path
     assert (done.returncode, done.stderr) == (0, ""), done.stderr
     names = "['AnyIO worker thread', 'MainThread', 'sandboxkit-sync', 'sandboxkit-sync-executor']"
     assert done.stdout == f"{names} [1] 0\n"
+
+
+def test_a_fork_while_another_thread_waits_on_a_call_lets_that_call_finish() -> None:
+    """A call in flight when the process forks goes on in the parent at once: the loop's
+    thread starts again right after the fork, not only with the next call."""
+    loop = Loop()
+    started = threading.Event()
+    gate: dict[str, Any] = {}
+
+    async def slow() -> str:
+        gate["event"], gate["loop"] = asyncio.Event(), asyncio.get_running_loop()
+        started.set()
+        await gate["event"].wait()
+        return "finished"
+
+    results: list[str] = []
+    waiter = threading.Thread(target=lambda: results.append(loop.call(slow)))
+    try:
+        waiter.start()
+        assert started.wait(10)
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        thread = loop._runner.thread if loop._runner is not None else None
+        assert thread is not None and thread.is_alive()  # running again, as the fork returned
+        os.waitpid(pid, 0)
+        gate["loop"].call_soon_threadsafe(gate["event"].set)
+        waiter.join(10)
+        assert results == ["finished"]
+    finally:
+        loop.stop()
