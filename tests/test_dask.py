@@ -42,7 +42,9 @@ def dask_client() -> Iterator[object]:
             processes=True,
             n_workers=2,
             threads_per_worker=1,
-            dashboard_address=None,  # no web UI: nothing to bind, nothing to warn about
+            # The scheduler serves HTTP whatever this says (None: port 8787 on every
+            # interface, and a warning when that port is taken): loopback, any free port.
+            dashboard_address="127.0.0.1:0",
         ) as cluster,
         distributed.Client(cluster) as client,
     ):
