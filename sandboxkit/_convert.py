@@ -249,8 +249,12 @@ def _wire_names(renames: Mapping[str, str]) -> dict[str, Any]:
     return {name: override(rename=wire) for name, wire in renames.items()}
 
 
-def make_converter(*, strict: bool) -> cattrs.Converter:
-    """Build a converter; `strict` forbids keys the models do not know."""
+def make_converter(*, strict: bool, generated: bool | None = None) -> cattrs.Converter:
+    """Build a converter; `strict` forbids keys the models do not know. `generated`: records
+    are decoded by generated positional code (`_record_decoder`) rather than cattrs's own
+    functions; by default, unless `strict`."""
+    if generated is None:
+        generated = not strict
     conv = cattrs.Converter(forbid_extra_keys=strict, detailed_validation=strict)
     conv.register_structure_hook(str, _structure_str)
     conv.register_structure_hook_factory(_is_open_enum, _OpenEnumHook)
@@ -265,7 +269,7 @@ def make_converter(*, strict: bool) -> cattrs.Converter:
     def record_hook(cls: Any, renames: Mapping[str, str]) -> Callable[[Any, Any], Any]:
         # The client decodes with generated positional code (see _record_decoder); the strict
         # converter keeps cattrs's own, with its extra-key checks and detailed errors.
-        fast = None if strict else make_record_decoder(cls, conv, renames)
+        fast = make_record_decoder(cls, conv, renames) if generated else None
         if fast is not None:
             return fast
         return _objects_only(cls, make_dict_structure_fn(cls, conv, **_wire_names(renames)))

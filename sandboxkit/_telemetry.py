@@ -71,6 +71,8 @@ class _Api:
         self.detach = context.detach
         self.inject = propagate.inject
         self.global_tracer = trace.get_tracer
+        self.current_span = trace.get_current_span
+        self.non_recording = trace.NonRecordingSpan
 
 
 @functools.cache
@@ -138,7 +140,7 @@ class Telemetry:
         span = None
         if self.tracer is not None:
             assert self.api is not None
-            span = self.tracer.start_span(operation, kind=self.api.client)
+            span = self.start_span(operation, None)
             if span.is_recording():
                 span.set_attribute("sandboxkit.operation", operation)
                 if url is not None:
@@ -150,6 +152,21 @@ class Telemetry:
         if span is None and not debug and not self._hooked:
             return None
         return Watch(self, operation, origin_of(url) if url is not None else None, span, debug)
+
+    def start_span(self, name: str, context: Context | None) -> Span:
+        """A client span of the tracer, below the span current in `context` (None: now).
+
+        A no-op tracer (no provider) makes no span of its own, but carries its parent's
+        trace on in a non-recording span, so a trace the application received still reaches
+        the requests' `traceparent`. opentelemetry-api before 1.40 gave the invalid span
+        there instead, losing the trace: its parent's is carried on here the same way.
+        """
+        assert self.tracer is not None and self.api is not None
+        span = self.tracer.start_span(name, context=context, kind=self.api.client)
+        if span.get_span_context().is_valid:
+            return span
+        parent = self.api.current_span(context).get_span_context()
+        return self.api.non_recording(parent) if parent.is_valid else span
 
     def fire(self, name: str, hook: Callable[[Any], object], event: object) -> None:
         """Give `event` to `hook`; what it raises is logged, never propagated."""
@@ -263,7 +280,7 @@ class Exchange:
         self._token: Token[Context] | None = None
         tm = watch.tm
         if watch.span is not None and tm.tracer is not None and tm.api is not None:
-            span = tm.tracer.start_span(method, context=watch.context, kind=tm.api.client)
+            span = tm.start_span(method, watch.context)
             if span.is_recording():
                 span.set_attributes(
                     {

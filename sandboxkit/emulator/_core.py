@@ -149,7 +149,7 @@ ROUTES = web.AppKey("sandboxkit_emulator_routes", RouteTable)
 def request_key(name: str, kind: type[T]) -> web.RequestKey[T]:
     """A key for a value a request carries from the middleware to its route: aiohttp's
     typed `web.RequestKey` where it has one (3.14 on), else the plain str `name`, which an
-    older aiohttp's request takes as it is (so the emulator runs on aiohttp 3.11 too)."""
+    older aiohttp's request takes as it is (so the emulator runs on aiohttp 3.13 too)."""
     if _REQUEST_KEY is None:
         return cast("web.RequestKey[T]", name)
     return cast("web.RequestKey[T]", _REQUEST_KEY(name, kind))
