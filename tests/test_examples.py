@@ -29,11 +29,12 @@ def exports() -> Iterator[dict[str, str]]:
 
 def run_example(name: str, exports: dict[str, str], cwd: Path, *args: str) -> str:
     """Run examples/`name` with the exports as its only SANDBOXKIT_* settings, and a TMPDIR
-    of its own (`cwd / "tmp"`); its stdout."""
+    of its own (`cwd / "tmp"`), in dev mode with every warning an error: its stdout, once it
+    has exited 0 with nothing on stderr."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SANDBOXKIT_")}
     (cwd / "tmp").mkdir(exist_ok=True)
     done = subprocess.run(
-        [sys.executable, "-W", "error::RuntimeWarning", str(EXAMPLES / name), *args],
+        [sys.executable, "-X", "dev", "-W", "error", str(EXAMPLES / name), *args],
         env={**env, **exports, "TMPDIR": str(cwd / "tmp")},
         cwd=cwd,
         capture_output=True,
@@ -41,7 +42,7 @@ def run_example(name: str, exports: dict[str, str], cwd: Path, *args: str) -> st
         timeout=180,
         check=False,
     )
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert (done.returncode, done.stderr) == (0, ""), done.stdout + done.stderr
     return done.stdout
 
 

@@ -293,7 +293,7 @@ def test_python_block_runs_against_the_emulator(key: str, tmp_path: Path) -> Non
     script.write_text(f"BLOCK = {block!r}\nSETUP = {setup!r}\nDRIVE = {drive!r}\n{RUNNER}")
     env = {k: v for k, v in os.environ.items() if not k.startswith("SANDBOXKIT_")}
     done = subprocess.run(
-        [sys.executable, "-W", "error", str(script)],
+        [sys.executable, "-X", "dev", "-W", "error", str(script)],
         cwd=tmp_path,
         env=env,
         capture_output=True,
