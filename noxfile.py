@@ -42,7 +42,21 @@ os.environ["UV_PYTHON_DOWNLOADS"] = "never"
 os.environ["UV_COMPILE_BYTECODE"] = "1"
 
 
+# What the session's log says it ran on: the interpreter and the versions that differ most.
+REPORT = """
+import importlib.metadata, platform
+names = ["aiohttp", "anyio", "attrs", "cattrs", "pytest-asyncio", "sniffio", "uvloop"]
+def version(name):
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "-"
+print("python", platform.python_version(), *(f"{n} {version(n)}" for n in names))
+"""
+
+
 def run_suite(session: nox.Session, *options: str) -> None:
+    session.run("python", "-c", REPORT)
     session.run("python", "-m", "pytest", "-W", "error", "-q", "-p", "no:cacheprovider", *options)
 
 
