@@ -169,6 +169,9 @@ class Route:
             protocol.set_response_params(
                 read_timeout=read_timeout,
                 auto_decompress=False,  # StreamingResponse decodes, and counts coded bytes
+                # A body framed by neither a length nor chunks ends at the close (HTTP/1.0,
+                # `Connection: close`): without this the parser reads it as empty.
+                read_until_eof=True,
                 timeout_ceil_threshold=self._threshold,
             )
             transport.write(head)

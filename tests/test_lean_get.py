@@ -371,3 +371,40 @@ async def test_an_aiohttp_without_the_protocol_calls_it_needs_gets_no_lean_route
     """A future aiohttp 3.x that renames one: its requests take aiohttp's own path."""
     monkeypatch.setattr(aiohttp.client_proto.ResponseHandler, missing, None)
     assert route(session, "http://sbx.sandbox.test", "tok", proxied=False) is None
+
+
+CLOSE_DELIMITED = {
+    "HTTP/1.0": b"HTTP/1.0 200 OK\r\nContent-Type: application/octet-stream\r\n\r\n",
+    "Connection: close": b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n",
+}
+BIG = bytes(range(256)) * 1172  # 300,032 bytes: more than one read of the socket
+
+
+@pytest.mark.parametrize("path", ["lean", "aiohttp's"])
+@pytest.mark.parametrize("framing", list(CLOSE_DELIMITED))
+async def test_a_body_that_ends_at_the_close_is_read_whole(
+    server: RawServer,
+    lean_calls: Calls,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Any,
+    path: str,
+    framing: str,
+) -> None:
+    """No Content-Length, no chunks: the body ends when the server closes (legal HTTP from
+    HTTP/1.0 proxies, CGI gateways, simple servers). Every read gets every byte: the plain
+    GET's parser once read such a body as empty, and gave an empty file without an error."""
+    if path != "lean":
+        monkeypatch.setattr(_host_request, "route", lambda *args: None)
+    server.always(CLOSE_DELIMITED[framing] + BIG, close=True)
+    async with hostile_client(f"http://127.0.0.1:{server.port}") as client:
+        remote = files(client, server.port)
+        with anyio.fail_after(LIMIT):
+            assert await remote.read_bytes("/x.bin") == BIG
+            async with remote.iter_bytes("/x.bin") as chunks:
+                assert b"".join([chunk async for chunk in chunks]) == BIG
+            result = await remote.download("/x.bin", tmp_path / "x.bin")
+            assert (tmp_path / "x.bin").read_bytes() == BIG and result.size == len(BIG)
+            page = await remote.read_range("/x.bin", 1000, 5000)
+            assert (page.data, page.offset) == (BIG[1000:6000], 1000)
+        await close_and_check(client, [server.port])
+    assert lean_calls.lean == (4 if path == "lean" else 0)
