@@ -182,21 +182,7 @@ class HostRequest:
         # request to this host waits for, once the host's limit of them is held.
         received = None
         try:
-            response = self._response
-            if response is not None:
-                self._response = None
-                self._transport.reading.discard(response)
-                try:
-                    assert self._streaming is not None
-                    received = self._streaming.received  # as they came, coded or not
-                finally:
-                    # An unread body means the connection cannot be reused: drop it at once
-                    # rather than leave it half-read (cancellation included). A body read
-                    # below the parser (`_ring`) never leaves aiohttp's reader at its end.
-                    if response.content.at_eof():
-                        response.release()
-                    else:
-                        response.close()
+            received = self._drop_response()
         finally:
             try:
                 if self._headed:  # the circuit hears how an answer whose head came ended
@@ -208,3 +194,21 @@ class HostRequest:
                 pool, self._pool = self._pool, None
                 if pool is not None and self._transport.hosts.release(pool, self):
                     await self._transport.hosts.close_released(pool)
+
+    def _drop_response(self) -> int | None:
+        """Give the answer's connection back (or close it); the bytes it received, if any."""
+        response, self._response = self._response, None
+        if response is None:
+            return None
+        self._transport.reading.discard(response)
+        try:
+            assert self._streaming is not None
+            return self._streaming.received  # as they came, coded or not
+        finally:
+            # An unread body means the connection cannot be reused: drop it at once rather
+            # than leave it half-read (cancellation included). A body read below the parser
+            # (`_ring`) never leaves aiohttp's reader at its end.
+            if response.content.at_eof():
+                response.release()
+            else:
+                response.close()

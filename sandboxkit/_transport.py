@@ -15,7 +15,8 @@ import time
 import warnings
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any
+from types import AsyncGeneratorType
+from typing import Any, cast
 
 import aiohttp
 
@@ -77,7 +78,7 @@ class Transport:
         resolver: aiohttp.abc.AbstractResolver | None,
         proxies: ProxyRoutes | None = None,
         clock: Callable[[], float] = time.monotonic,
-        created_at: tuple[str, int] = ("sys", 0),
+        created_at: tuple[str, int],
     ) -> None:
         self.base_url = base_url
         self.created_at = created_at  # the file and line of the code that made the client
@@ -98,7 +99,7 @@ class Transport:
         self._own_resolver = LocalhostResolver() if self._callers_resolver is None else None
         self._resolver = self._callers_resolver or self._own_resolver
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._forgotten: AsyncGenerator[None, None] | None = None
+        self._forgotten: AsyncGeneratorType[None, None] | None = None
         self._control: aiohttp.ClientSession | None = None
         self.hosts: HostPools[aiohttp.ClientSession] = HostPools(
             self.limits, self._make_host_session, self._clock
@@ -306,7 +307,7 @@ class Transport:
             return
         self._closed = True
         forgotten, self._forgotten = self._forgotten, None
-        if forgotten is not None and not _running(forgotten):  # else it is what closes us
+        if forgotten is not None and not forgotten.ag_running:  # else it is what closes us
             await forgotten.aclose()  # told: it now has nothing to close, nor to say
         # Closing a session detaches each connection from the body being read on it, so a
         # read waiting for more bytes would wait forever: end those bodies first (their
@@ -321,7 +322,7 @@ class Transport:
             await self._own_resolver.close()
 
 
-def _closed_by_the_loop_if_forgotten(transport: Transport) -> AsyncGenerator[None, None]:
+def _closed_by_the_loop_if_forgotten(transport: Transport) -> AsyncGeneratorType[None, None]:
     """A started async generator that closes `transport`, with a warning, if nothing else does.
 
     The running loop keeps track of every async generator started in it, and closes each in
@@ -352,7 +353,7 @@ def _closed_by_the_loop_if_forgotten(transport: Transport) -> AsyncGenerator[Non
                         line,
                     )
 
-    forgotten = closes()
+    forgotten = cast("AsyncGeneratorType[None, None]", closes())  # what `closes()` makes
     # Started at once, to its `yield`, which awaits nothing: `asend` is what tells the
     # running loop of a new async generator (its first-iteration hook).
     step = forgotten.asend(None)
@@ -361,7 +362,3 @@ def _closed_by_the_loop_if_forgotten(transport: Transport) -> AsyncGenerator[Non
     except StopIteration:
         return forgotten
     raise AssertionError("an async generator that awaits before its first yield")  # never
-
-
-def _running(generator: AsyncGenerator[None, None]) -> bool:
-    return bool(getattr(generator, "ag_running", False))
