@@ -1,7 +1,8 @@
 """What the CLI says while it waits and when it fails (issue 17, item 5).
 
 A followed build that has not started says so and how to start it; a transfer's error line
-names the remote path and the sandbox; sizes are MiB and speeds MiB/s everywhere; a bar cut
+names the remote path and the sandbox; sizes and speeds are in the unit that suits them (B,
+KiB, MiB), the bar's two numbers in its total's; a bar cut
 short by an error leaves no line, blank or not, before the error; and a retry's wait
 replaces the bar's speed. End to end against the emulator on loopback, except the last,
 whose hook is not wired yet: its test calls the bar directly.
@@ -20,7 +21,7 @@ from rich.console import Console
 
 import sandboxkit
 from sandboxkit.cli._app import describe
-from sandboxkit.cli._progress import TransferBar, new_progress
+from sandboxkit.cli._progress import TransferBar, format_rate, format_size, new_progress
 from sandboxkit.emulator import Fault, Idc, ManualClock
 from tests.cli_support import (
     EmulatorThread,
@@ -184,11 +185,21 @@ def test_size_units_sees_every_unit() -> None:
     assert size_units(text) == {"KiB", "kB", "MB/s", "GiB", "bytes", "B", "MiB", "MiB/s"}
 
 
-@pytest.mark.parametrize(("size", "shown"), [(5000, "0.005 MiB"), (3 * MiB + 5, "3.0 MiB")])
-def test_sizes_and_speeds_are_mib_in_bars_and_final_lines(
-    emulator_thread: EmulatorThread, tmp_path: Path, size: int, shown: str
+@pytest.mark.parametrize(
+    ("size", "shown", "units"),
+    [
+        (100, "100 B", {"B", "B/s", "KiB/s", "MiB/s"}),
+        (5000, "4.9 KiB", {"KiB", "KiB/s", "MiB/s"}),
+        (3 * MiB + 5, "3.0 MiB", {"MiB", "MiB/s", "GiB/s"}),
+    ],
+)
+def test_sizes_and_speeds_are_in_the_unit_that_suits_them(
+    emulator_thread: EmulatorThread, tmp_path: Path, size: int, shown: str, units: set[str]
 ) -> None:
-    """Upload and download print MiB and MiB/s only, in the bar and in the final line."""
+    """Upload and download print a size in the largest binary unit it reaches (a 5,000-byte
+    file is `4.9 KiB`, not `0.005 MiB`), in the bar (done/total in the total's unit) and in
+    the final line; a speed likewise. The speed's unit depends on the machine, so it is only
+    checked to be one of the sensible ones."""
     env = emulator_thread.sandbox_env()
     source = tmp_path / "in.bin"
     source.write_bytes(bytes(range(256)) * (size // 256) + b"x" * (size % 256))
@@ -196,13 +207,32 @@ def test_sizes_and_speeds_are_mib_in_bars_and_final_lines(
     down = invoke(
         emulator_thread, "files", "download", "/home/user/in.bin", str(tmp_path / "out"), env=env
     )
+    number, unit = shown.split()
     for result, verb in ((up, "uploaded"), (down, "downloaded")):
         assert result.exit_code == 0, result.output
-        assert re.match(rf"{verb} {re.escape(shown)} to .* \(\d+\.\d+ MiB/s\)", result.stdout)
-        number = shown.split()[0]
-        assert f"{number}/{number} MiB" in result.stderr  # the bar, at its end
-        assert size_units(result.stdout) == {"MiB", "MiB/s"}
-        assert size_units(result.stderr) <= {"MiB", "MiB/s"}
+        assert re.match(rf"{verb} {re.escape(shown)} to .* \(\d+(\.\d)? \w+/s\)", result.stdout)
+        assert f"{number}/{number} {unit}" in result.stderr  # the bar, at its end
+        assert unit in size_units(result.stdout) <= units
+        assert size_units(result.stderr) <= units
+
+
+@pytest.mark.parametrize(
+    ("size", "shown"),
+    [
+        (0, "0 B"),
+        (1000, "1000 B"),
+        (1023, "1023 B"),
+        (1024, "1.0 KiB"),
+        (5000, "4.9 KiB"),
+        (MiB - 1, "1.0 MiB"),
+        (MiB, "1.0 MiB"),
+        (64 * MiB, "64.0 MiB"),
+        (3 << 30, "3.0 GiB"),
+    ],
+)
+def test_format_size_picks_the_largest_unit_reached(size: int, shown: str) -> None:
+    assert format_size(size) == shown
+    assert format_rate(size) == f"{shown}/s"
 
 
 # --- no blank line before an error ----------------------------------------------------------
@@ -269,20 +299,22 @@ def test_waiting_shows_the_retry_instead_of_the_speed_until_bytes_move() -> None
             console.print(progress.get_renderable())
         return capture.get()
 
+    bar(0, 300)  # a small total: bytes, not 0.000 MiB
+    assert "0/300 B" in shown()
     bar(MiB, 4 * MiB)
     now[0] += 1.0
     bar(2 * MiB, 4 * MiB)
     assert "2.0/4.0 MiB" in shown() and "1.0 MiB/s" in shown() and "0:00:02" in shown()
     bar.waiting(2.5, "502")
     assert "retrying in 2.5 s after 502" in shown()
-    assert "MiB/s" not in shown() and "-:--:--" in shown()
+    assert "/s " not in shown() and "-:--:--" in shown()
     now[0] += 1.0
     bar(2 * MiB, 4 * MiB)  # a callback, but no byte moved: still waiting
     assert "retrying in 1.5 s after 502" in shown()
     now[0] += 2.0
     assert "retrying after 502" in shown()  # the wait is over, the try under way
     bar(3 * MiB, 4 * MiB)
-    assert "retrying" not in shown() and "MiB/s" in shown()
+    assert "retrying" not in shown() and "512.0 KiB/s" in shown()
     bar.waiting(1.0, "ServerDisconnectedError")
     assert "retrying in 1.0 s after ServerDisconnectedError" in shown()
     bar.finish(4 * MiB)

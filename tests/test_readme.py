@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import http.client
+import json
 import os
 import re
 import subprocess
@@ -9,6 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+import sandboxkit
 
 from .standalone_support import Standalone
 
@@ -329,3 +334,134 @@ def test_the_mcp_config_example_loads_and_the_client_entry_starts_it(tmp_path: P
     assert own["command"] == "uvx"
     assert own["args"] == ["--from", "sandboxkit-sdk[mcp]", "sandboxkit", *installed["args"]]
     assert own["env"] == installed["env"]
+
+
+# --- what a newcomer reads first (issue 38, item 4) -----------------------------------------
+
+
+def _headings() -> list[tuple[int, str]]:
+    """The README's headings (level, text), those inside code blocks left out."""
+    prose = re.sub(r"```.*?```", "", README, flags=re.DOTALL)
+    return [(len(m[1]), m[2].strip()) for m in re.finditer(r"^(#{2,4}) (.+)$", prose, re.M)]
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation but `-` dropped, spaces `-`."""
+    return re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+
+
+def test_the_contents_link_every_section_in_order() -> None:
+    """The contents, right under the introduction, link every `##` section in the order they
+    come, and each of its links lands on a heading."""
+    contents = README.split("**Contents:**", 1)[1].split("\n## ", 1)[0]
+    links = re.findall(r"\]\(#([^)]+)\)", contents)
+    anchors = {_anchor(text) for _, text in _headings()}
+    assert set(links) <= anchors, set(links) - anchors
+    sections = [_anchor(text) for level, text in _headings() if level == 2]
+    assert [link for link in links if link in sections] == sections
+
+
+def test_the_quick_start_counts_the_export_lines_the_emulator_prints() -> None:
+    """ "Paste the three `export` lines (four with `--tls`)": as many as the banner has."""
+    match = re.search(r"paste the (\w+) `export` lines .*? \((\w+) with `--tls`", README, re.S)
+    assert match is not None
+    numbers = {"two": 2, "three": 3, "four": 4, "five": 5}
+    for args, said in (((), match[1]), (("--tls",), match[2])):
+        emulator = Standalone(*args)
+        try:
+            printed = emulator.commands("export ")
+        finally:
+            emulator.stop()
+        assert len(printed) == numbers[said], printed
+
+
+def test_new_sandbox_json_is_a_create_body_the_examples_take(tmp_path: Path) -> None:
+    """The README's way to a `create_body`, `sandboxkit emulator new-sandbox --json` against
+    a running emulator, prints one JSON line that `sandbox_from_response` takes, and the
+    sandbox it names answers (a file up and down through it)."""
+    [block] = [
+        b
+        for b in re.findall(r"```sh\n(.*?)```", README, flags=re.DOTALL)
+        if "new-sandbox --json" in b
+    ]
+    emulator = Standalone()
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SANDBOXKIT_")}
+        # As pasted into a shell whose PATH has this Python's `sandboxkit` and `python`.
+        path = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+        done = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", block],
+            cwd=tmp_path,
+            env={**env, **emulator.exports, "PATH": path},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert (done.returncode, done.stderr) == (0, ""), done.stdout + done.stderr
+        text = (tmp_path / "sandbox.json").read_text()
+        assert text.count("\n") == 1  # one line
+        body = json.loads(text)
+        assert done.stdout == body["data"]["sandbox_key"] + "\n"
+        assert body["data"]["sandbox_key"] != emulator.exports["SANDBOXKIT_SANDBOX_KEY"]
+
+        async def round_trip() -> bytes:
+            async with sandboxkit.Client(
+                api_key=emulator.exports["SANDBOXKIT_API_KEY"],
+                base_url=emulator.exports["SANDBOXKIT_BASE_URL"],
+                data_plane_scheme="http",
+            ) as client:
+                sandbox = client.sandbox_from_response(body)
+                await sandbox.files.upload("/home/user/a.txt", b"from the json body")
+                return await sandbox.files.read_bytes("/home/user/a.txt")
+
+        assert asyncio.run(round_trip()) == b"from the json body"
+    finally:
+        emulator.stop()
+
+
+def test_a_sandbox_is_reached_at_plain_127_0_0_1_by_its_host_header() -> None:
+    """Where `*.localhost` stops (the system resolver) the README says to connect to plain
+    127.0.0.1 with the sandbox's `Host`: a client that never resolves the name gets the
+    sandbox's file, and another sandbox's key in `Host` does not."""
+    assert "Where `*.localhost` stops working" in README
+    emulator = Standalone("--sandboxes", "2")
+    try:
+        exports = emulator.exports
+        host = f"{exports['SANDBOXKIT_SANDBOX_KEY']}.{exports['SANDBOXKIT_SANDBOX_DOMAIN']}"
+        port = int(exports["SANDBOXKIT_SANDBOX_DOMAIN"].rsplit(":", 1)[1])
+        token = {"X-Access-Token": exports["SANDBOXKIT_SANDBOX_TOKEN"]}
+
+        def get(host_header: str) -> tuple[int, bytes]:
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            try:
+                connection.request(
+                    "GET",
+                    "/files?path=/home/user/h.txt",
+                    headers={"Host": host_header, **token},
+                )
+                answer = connection.getresponse()
+                return answer.status, answer.read()
+            finally:
+                connection.close()
+
+        async def put() -> None:
+            async with sandboxkit.Client(
+                api_key=exports["SANDBOXKIT_API_KEY"],
+                base_url=exports["SANDBOXKIT_BASE_URL"],
+                data_plane_scheme="http",
+            ) as client:
+                sandbox = client.sandbox(
+                    sandbox_key=exports["SANDBOXKIT_SANDBOX_KEY"],
+                    domain=exports["SANDBOXKIT_SANDBOX_DOMAIN"],
+                    access_token=exports["SANDBOXKIT_SANDBOX_TOKEN"],
+                )
+                await sandbox.files.upload("/home/user/h.txt", b"hello\n")
+
+        asyncio.run(put())
+        assert get(host) == (200, b"hello\n")
+        other = [line for line in emulator.lines if "sandbox_key:" in line][1].split()[-1]
+        status, _ = get(f"{other}.{exports['SANDBOXKIT_SANDBOX_DOMAIN']}")
+        assert status in (401, 403, 404)  # the other sandbox: not this one's file
+    finally:
+        emulator.stop()

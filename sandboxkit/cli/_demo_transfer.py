@@ -15,7 +15,7 @@ from rich.console import Console
 import sandboxkit
 from sandboxkit.emulator import Emulator, Fault
 
-from ._progress import TransferBar, format_mib, format_throughput, transfer_progress
+from ._progress import TransferBar, format_size, format_throughput, transfer_progress
 
 __all__ = ["Narrator", "generate_file", "transfer_step"]
 
@@ -65,13 +65,13 @@ async def transfer_step(
         The source's sha256 and the download's result, for the demo to check.
     """
     size = demo.size
-    demo.step(f"Upload and download {format_mib(size)} through faults")
+    demo.step(f"Upload and download {format_size(size)} through faults")
     source = demo.workdir / "source.bin"
     dest = demo.workdir / "roundtrip.bin"
     started = time.monotonic()
     source_sha = await anyio.to_thread.run_sync(generate_file, source, size)
     demo.say(
-        f"generated {format_mib(size)} at {source} in {time.monotonic() - started:.2f} s, "
+        f"generated {format_size(size)} at {source} in {time.monotonic() - started:.2f} s, "
         f"sha256={source_sha[:16]}..."
     )
     sandbox = client.sandbox_from_response(await emu.create_sandbox())
@@ -106,12 +106,12 @@ async def transfer_step(
     up_faults = Counter(r.fault for r in uploads if r.fault)
     down_faults = Counter(r.fault for r in downloads if r.fault)
     demo.say(
-        f"upload:   {format_mib(size)} in {up_elapsed:.2f} s "
+        f"upload:   {format_size(size)} in {up_elapsed:.2f} s "
         f"({format_throughput(size, up_elapsed)}), {len(uploads)} requests, "
         f"{len(uploads) - 1} retries (faults: {_faults_text(up_faults)})"
     )
     demo.say(
-        f"download: {format_mib(result.size)} in {result.elapsed:.2f} s "
+        f"download: {format_size(result.size)} in {result.elapsed:.2f} s "
         f"({format_throughput(result.size, result.elapsed)}), "
         f"attempts={result.attempts} resumes={result.resumes} "
         f"(faults: {_faults_text(down_faults)})"

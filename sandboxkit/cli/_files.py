@@ -19,7 +19,7 @@ import sandboxkit
 from sandboxkit.emulator import EmulatorResolver
 
 from ._app import Settings
-from ._progress import TransferBar, format_mib, format_throughput, transfer_progress
+from ._progress import TransferBar, format_size, format_throughput, transfer_progress
 
 __all__ = [
     "EmulatorAwareResolver",
@@ -121,7 +121,7 @@ def sha256_of(path: Path) -> str:
 def download_line(result: sandboxkit.DownloadResult) -> str:
     """The final line of a download: size, elapsed, rate, attempts, resumes and sha256."""
     return (
-        f"downloaded {format_mib(result.size)} to {result.path} in {result.elapsed:.2f} s "
+        f"downloaded {format_size(result.size)} to {result.path} in {result.elapsed:.2f} s "
         f"({format_throughput(result.size, result.elapsed)}), attempts={result.attempts} "
         f"resumes={result.resumes} sha256={result.sha256 or '-'}"
     )
@@ -130,7 +130,7 @@ def download_line(result: sandboxkit.DownloadResult) -> str:
 def upload_line(remote: str, size: int, elapsed: float, sha256: str) -> str:
     """The final line of an upload: size, elapsed, rate and the local file's sha256."""
     return (
-        f"uploaded {format_mib(size)} to {remote} in {elapsed:.2f} s "
+        f"uploaded {format_size(size)} to {remote} in {elapsed:.2f} s "
         f"({format_throughput(size, elapsed)}), resumes=0 (uploads restart whole) sha256={sha256}"
     )
 

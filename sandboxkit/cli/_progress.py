@@ -1,7 +1,8 @@
 """Progress bars for transfers, fed by the SDK's `(done_bytes, total_or_None)` callbacks.
 
-One unit system: every size the CLI prints is in MiB and every speed in MiB/s (`format_mib`,
-`format_rate`), in the bars as in the final lines, so figures can be compared at a glance.
+Sizes and speeds are in the binary unit that suits their size (B, KiB, MiB, GiB, and the same
+per second: `format_size`, `format_rate`), so a 5 KB file reads `4.9 KiB`, not `0.005 MiB`.
+A bar's `done/total` is written in its total's unit, so the two numbers compare at a glance.
 """
 
 from __future__ import annotations
@@ -27,38 +28,48 @@ from rich.text import Text
 import sandboxkit
 
 __all__ = [
-    "MIB",
-    "MiBColumn",
     "RateColumn",
+    "SizeColumn",
     "TransferBar",
-    "format_mib",
     "format_rate",
+    "format_size",
     "format_throughput",
     "new_progress",
     "transfer_progress",
 ]
 
-MIB = 1 << 20
+_UNITS = (("B", 1), ("KiB", 1 << 10), ("MiB", 1 << 20), ("GiB", 1 << 30))
 
 
-def _mib_number(size: float) -> str:
-    # One decimal from 1 MiB up; three below, so a small file is not shown as 0.0.
-    value = size / MIB
-    return f"{value:.1f}" if value >= 1 or size == 0 else f"{value:.3f}"
+def _unit_of(size: float) -> tuple[str, int]:
+    """The unit a size of `size` bytes is shown in, and its scale: the smallest in which it
+    reads under 1024 once rounded as shown (so 1,048,575 bytes read `1.0 MiB`, not
+    `1024.0 KiB`); GiB past that."""
+    for unit, scale in _UNITS:
+        if float(_number(size, scale)) < 1024:
+            return unit, scale
+    return _UNITS[-1]
 
 
-def format_mib(size: float) -> str:
-    """A byte count in MiB: `67108864` -> `64.0 MiB`, `5120` -> `0.005 MiB`."""
-    return f"{_mib_number(size)} MiB"
+def _number(size: float, scale: int) -> str:
+    # Whole bytes have no decimals; one decimal in the larger units.
+    return f"{size:.0f}" if scale == 1 else f"{size / scale:.1f}"
+
+
+def format_size(size: float) -> str:
+    """A byte count in the unit that suits it: `512` -> `512 B`, `5000` -> `4.9 KiB`,
+    `67108864` -> `64.0 MiB`."""
+    unit, scale = _unit_of(size)
+    return f"{_number(size, scale)} {unit}"
 
 
 def format_rate(bytes_per_second: float) -> str:
-    """A speed in MiB/s: `52428800.0` -> `50.0 MiB/s`."""
-    return f"{format_mib(bytes_per_second)}/s"
+    """A speed in the unit that suits it: `52428800.0` -> `50.0 MiB/s`."""
+    return f"{format_size(bytes_per_second)}/s"
 
 
 def format_throughput(size: float, seconds: float) -> str:
-    """`size` bytes moved in `seconds`, in MiB/s (0 when no time passed)."""
+    """`size` bytes moved in `seconds`, as a speed (0 B/s when no time passed)."""
     return format_rate(size / seconds if seconds > 0 else 0.0)
 
 
@@ -77,20 +88,22 @@ class _Waiting:
         return f"retrying in {math.ceil(left * 10) / 10:.1f} s after {self.reason}"
 
 
-class MiBColumn(ProgressColumn):
-    """Bytes done of the total in MiB: `12.0/64.0 MiB` (`12.0 MiB` while the size is unknown)."""
+class SizeColumn(ProgressColumn):
+    """Bytes done of the total, both in the total's unit: `12.0/64.0 MiB` (`12.0 MiB` while
+    the size is unknown)."""
 
     def render(self, task: Task) -> Text:
         """The column's text for `task`."""
         if task.total is None:
-            text = format_mib(task.completed)
+            text = format_size(task.completed)
         else:
-            text = f"{_mib_number(task.completed)}/{format_mib(task.total)}"
+            unit, scale = _unit_of(task.total)
+            text = f"{_number(task.completed, scale)}/{_number(task.total, scale)} {unit}"
         return Text(text, style="progress.download")
 
 
 class RateColumn(ProgressColumn):
-    """The speed in MiB/s, or `retrying in N s after REASON` while a retry waits."""
+    """The speed (`1.5 MiB/s`), or `retrying in N s after REASON` while a retry waits."""
 
     def render(self, task: Task) -> Text:
         """The column's text for `task`."""
@@ -114,11 +127,11 @@ class _EtaColumn(TimeRemainingColumn):
 
 
 def new_progress(console: Console, *, get_time: GetTimeCallable | None = None) -> Progress:
-    """A rich `Progress` (not started) with the transfer columns: bar, MiB, MiB/s, ETA."""
+    """A rich `Progress` (not started) with the transfer columns: bar, size, speed, ETA."""
     return Progress(
         TextColumn("[progress.description]{task.description}"),
         BarColumn(),
-        MiBColumn(),
+        SizeColumn(),
         RateColumn(),
         _EtaColumn(),
         console=console,
