@@ -66,6 +66,7 @@ __all__ = [
     "Page",
     "PaginationError",
     "ParallelDownloads",
+    "PartialDownload",
     "PartitionEntry",
     "PayloadTooLargeError",
     "PermissionDeniedError",
@@ -98,6 +99,7 @@ __all__ = [
     "ValidationDetail",
     "ValidationError",
     "__version__",
+    "find_partial",
     "ssh_env",
 ]
 
@@ -139,6 +141,7 @@ _LAZY = {
     "FileEntry": ".models",
     "FileRange": ".models",
     "FileTooLargeError": ".errors",
+    "find_partial": ".resources._partial",
     "GatewayTimeoutError": ".errors",
     "HostNotFoundError": ".errors",
     "HostUnavailableError": ".errors",
@@ -156,6 +159,7 @@ _LAZY = {
     "Page": ".models",
     "PaginationError": ".errors",
     "ParallelDownloads": "._config",
+    "PartialDownload": ".resources._partial",
     "PartitionEntry": ".models",
     "PayloadTooLargeError": ".errors",
     "PermissionDeniedError": ".errors",
@@ -267,6 +271,7 @@ if TYPE_CHECKING:
         V1Template,
     )
     from .resources._common import AsyncStream
+    from .resources._partial import PartialDownload, find_partial
     from .resources.sandbox import Sandbox
     from .resources.v1_infra import ssh_env
 else:  # hidden from type checkers, which would otherwise accept any name as sandboxkit.X

@@ -21,6 +21,7 @@ __all__ = [
     "check_description",
     "check_envs",
     "check_expires_at",
+    "check_flag",
     "check_idempotency_key",
     "check_image_filter",
     "check_labels",
@@ -204,6 +205,14 @@ def check_username(username: Any) -> str | None:
     if not _utf8(username):
         raise _fail("username", "must be valid Unicode (no lone surrogates)", username)
     return username
+
+
+def check_flag(argument: str, value: Any) -> bool:
+    """True or False, nothing else: a truthy string such as `"false"` is refused rather than
+    taken for True."""
+    if not isinstance(value, bool):
+        raise _fail(argument, "must be True or False", value)
+    return value
 
 
 def check_uuid(argument: str, value: Any) -> str:

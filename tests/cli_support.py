@@ -176,10 +176,15 @@ class Lines:
             self._queue.put(line)
         self._queue.put(None)
 
-    def wait_for(self, wanted: str, timeout: float = 20.0) -> None:
-        """Read up to the line `wanted`."""
+    def wait_for(self, wanted: str, timeout: float = 20.0, *, prefix: bool = False) -> None:
+        """Read up to the line `wanted` (with `prefix`, a line starting with it)."""
         deadline = time.monotonic() + timeout
-        while not self.seen or self.seen[-1].strip() != wanted:
+
+        def seen() -> bool:
+            last = self.seen[-1].strip() if self.seen else None
+            return last is not None and (last.startswith(wanted) if prefix else last == wanted)
+
+        while not seen():
             line = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
             if line is None:
                 raise AssertionError(f"the pipe ended before {wanted!r}: {self.seen}")

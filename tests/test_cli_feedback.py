@@ -262,7 +262,8 @@ def test_a_bar_cut_short_by_an_error_leaves_only_the_error_line(
     )
     sent = emulator_thread.emu.journal_for("files.download")[-2:]
     assert [r.fault for r in sent] == ["cut", "404"]  # bytes moved, then the error
-    fragments = ("NotFoundError", f"/home/user/cut.bin on {key}")
+    # The bytes before the cut are kept (the default --keep-partial), and the line says so.
+    fragments = ("NotFoundError", f"/home/user/cut.bin on {key}", "kept the partial file")
     if terminal:
         assert result.exit_code == 1, result.output
         assert "download /home/user/cut.bin" in result.stderr  # the bar was drawn
@@ -271,7 +272,7 @@ def test_a_bar_cut_short_by_an_error_leaves_only_the_error_line(
         assert all(fragment in shown[0] for fragment in fragments)
     else:
         assert_one_line_error(result, 1, *fragments)
-    assert list(tmp_path.iterdir()) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".cut.bin.part", ".cut.bin.part.json"]
 
 
 def test_screen_applies_the_cursor_moves() -> None:

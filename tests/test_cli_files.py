@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import shlex
 import signal
 import tempfile
 import threading
@@ -15,10 +16,11 @@ from typing import Any, TypeVar
 import pytest
 from click.testing import CliRunner
 
-from sandboxkit.cli import cli
-from sandboxkit.cli._progress import TransferBar
+from sandboxkit.cli import _app, cli
+from sandboxkit.cli._progress import TransferBar, format_size
 from sandboxkit.emulator import Fault
 from sandboxkit.resources._download import WRITE_BATCH
+from sandboxkit.resources._partial import PartOf, open_part
 from tests.cli_support import (
     EmulatorThread,
     Lines,
@@ -28,10 +30,11 @@ from tests.cli_support import (
     size_units,
     wait_for,
 )
-from tests.test_cancel_twice import HoldingServer
+from tests.test_cancel_twice import TOTAL, HoldingServer
 
 MiB = 1 << 20
 T = TypeVar("T")
+SECRET = "tok-never-shown"
 
 
 def write_pattern(path: Path, size: int) -> str:
@@ -141,10 +144,11 @@ def test_download_256_mib_progress_advances_to_the_total(
     ("signum", "code", "line"),
     [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")],
 )
-def test_signal_during_download_exits_cleanly_and_leaves_nothing(
+def test_signal_during_download_with_no_keep_partial_leaves_nothing(
     emulator_thread: EmulatorThread, tmp_path: Path, signum: signal.Signals, code: int, line: str
 ) -> None:
-    """Ctrl-C (130) or SIGTERM (143) mid-download: one line, no temporary file beside DEST."""
+    """Ctrl-C (130) or SIGTERM (143) mid-download with --no-keep-partial: one line, no
+    temporary file beside DEST."""
     env = {**emulator_thread.env(), **emulator_thread.sandbox_env()}
     remote = emulator_thread.emu.sandbox_root(env["SANDBOXKIT_SANDBOX_KEY"]) / "home/user/slow.bin"
     write_pattern(remote, 4 * MiB)
@@ -152,7 +156,9 @@ def test_signal_during_download_exits_cleanly_and_leaves_nothing(
     # then hangs, and the signal arrives while it waits.
     emulator_thread.emu.faults.script("files.download", Fault.cut(after_bytes=MiB), Fault.delay(30))
     before = len(emulator_thread.emu.journal_for("files.download"))
-    process = cli_process("files", "download", "/home/user/slow.bin", str(tmp_path), env=env)
+    process = cli_process(
+        "files", "download", "/home/user/slow.bin", str(tmp_path), "--no-keep-partial", env=env
+    )
     try:
         wait_for(
             lambda: len(emulator_thread.emu.journal_for("files.download")) >= before + 2, "a resume"
@@ -170,6 +176,138 @@ def test_signal_during_download_exits_cleanly_and_leaves_nothing(
     said = f"{line}: the partial file was removed; {str(dest)!r} is as it was"
     assert stderr.splitlines() == [said]  # no blank line before it either
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("signum", "code", "line"),
+    [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")],
+)
+def test_signal_during_download_keeps_the_part_and_the_command_it_prints_resumes(
+    emulator_thread: EmulatorThread, tmp_path: Path, signum: signal.Signals, code: int, line: str
+) -> None:
+    """Ctrl-C (130) or SIGTERM (143) mid-download, by default: the partial file and its
+    sidecar stay, and the one line names the part, what it holds and the command to run
+    again (the options typed on the line included); run, that command asks only for the
+    rest with Range, and DEST is the whole file."""
+    sandbox = emulator_thread.sandbox_env()
+    key, domain = sandbox.pop("SANDBOXKIT_SANDBOX_KEY"), sandbox.pop("SANDBOXKIT_SANDBOX_DOMAIN")
+    env = {**emulator_thread.env(), **sandbox}  # the sandbox's key and domain come as flags
+    remote = emulator_thread.emu.sandbox_root(key) / "home/user/slow.bin"
+    digest = write_pattern(remote, 4 * MiB)
+    # The first answer is cut after 1 MiB (then on disk in the partial file); the resume
+    # hangs, and the signal arrives while it waits: the download is a quarter done.
+    emulator_thread.emu.faults.script("files.download", Fault.cut(after_bytes=MiB), Fault.delay(30))
+    journal = emulator_thread.emu.journal_for
+    before = len(journal("files.download"))
+    flags = ["--sandbox-key", key, "--domain", domain]
+    args = ["files", "download", "/home/user/slow.bin", str(tmp_path), *flags]
+    process = cli_process(*args, env=env)
+    try:
+        wait_for(lambda: len(journal("files.download")) >= before + 2, "a resume")
+        process.send_signal(signum)
+        _, stderr = process.communicate(timeout=20)
+    finally:
+        process.kill()
+        process.wait()
+        emulator_thread.emu.faults.clear()
+    assert process.returncode == code, stderr
+    dest, part = tmp_path / "slow.bin", tmp_path / ".slow.bin.part"
+    command = shlex.join(["sandboxkit", *args])
+    said = (
+        f"{line}: kept the partial file {str(part)!r} (1.0 MiB of 4.0 MiB); {str(dest)!r} is "
+        f"as it was; to resume, run: {command}"
+    )
+    assert stderr.splitlines() == [said]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".slow.bin.part", ".slow.bin.part.json"]
+    assert part.stat().st_size == MiB
+    # The command as printed, run by this Python.
+    program, *words = shlex.split(said.rsplit("to resume, run: ", 1)[1])
+    assert program == "sandboxkit"
+    asked = len(journal("files.download"))
+    rerun = cli_process(*words, env=env)
+    out, err = rerun.communicate(timeout=60)
+    assert rerun.returncode == 0, err
+    assert [r.headers.get("Range") for r in journal("files.download")[asked:]] == [f"bytes={MiB}-"]
+    assert "resumes=1" in out and f"sha256={digest}" in out
+    assert hashlib.sha256(dest.read_bytes()).hexdigest() == digest
+    assert [p.name for p in tmp_path.iterdir()] == ["slow.bin"]
+
+
+@pytest.mark.parametrize("keep", [True, False], ids=["keep-partial", "no-keep-partial"])
+def test_a_failed_download_says_what_it_kept(
+    emulator_thread: EmulatorThread, tmp_path: Path, keep: bool
+) -> None:
+    """A 500 after a cut (never retried) keeps the bytes before the cut by default, and the
+    error line ends with where they are and the command that continues them; with
+    --no-keep-partial nothing is left and the line is the error alone."""
+    env = emulator_thread.sandbox_env()
+    remote = emulator_thread.emu.sandbox_root(env["SANDBOXKIT_SANDBOX_KEY"]) / "home/user/f.bin"
+    write_pattern(remote, 2 * MiB)
+    emulator_thread.emu.faults.script(
+        "files.download", Fault.cut(after_bytes=MiB), Fault.status(500)
+    )
+    args = ["files", "download", "/home/user/f.bin", str(tmp_path)]
+    result = invoke(emulator_thread, *args, *([] if keep else ["--no-keep-partial"]), env=env)
+    assert_one_line_error(result, 1, "InternalServerError", "status=500")
+    line = result.stderr.strip()
+    if keep:
+        part = tmp_path / ".f.bin.part"
+        kept = f"; kept the partial file {str(part)!r} (1.0 MiB of 2.0 MiB); to resume, run: "
+        assert kept + shlex.join(["cli", *args]) == line[line.index("; kept") :]
+        assert sorted(p.name for p in tmp_path.iterdir()) == [".f.bin.part", ".f.bin.part.json"]
+    else:
+        assert "kept" not in line and list(tmp_path.iterdir()) == []
+
+
+def test_bad_input_says_nothing_of_a_part_it_never_opened(
+    emulator_thread: EmulatorThread, tmp_path: Path
+) -> None:
+    """A part an earlier run kept is no business of a command refused before it started (its
+    line would offer itself, typo included, as the way to resume)."""
+    dest = tmp_path / "f.bin"
+    part = open_part(dest, PartOf("http://h", "/home/user/f.bin", None), resume=True)
+    part.handle.write(b"x")
+    part.record(2, True)
+    part.handle.close()
+    env = emulator_thread.sandbox_env()
+    result = invoke(emulator_thread, "files", "download", "home/user/f.bin", str(dest), env=env)
+    assert_one_line_error(result, 2, "ValidationError")
+    assert "kept" not in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".f.bin.part", ".f.bin.part.json"]
+
+
+def test_the_command_to_resume_repeats_what_was_typed_but_the_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The command an interrupted download prints is this one as typed: REMOTE, DEST (one
+    that looks like an option as a path), and the options given on the line, the group's
+    anywhere on it included, in a fixed order; those from the environment stay there, and
+    the token's value is never shown."""
+
+    def interrupted(work: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_app, "run_cancellable", interrupted)
+    monkeypatch.chdir(tmp_path)
+    part = open_part(Path("-out.bin"), PartOf("http://h", "/home/user/a b.bin", None), resume=True)
+    part.handle.write(b"x" * MiB)
+    part.handle.flush()
+    part.record(2 * MiB, True)
+    part.handle.close()
+    ca = tmp_path / "ca.pem"
+    ca.write_text("unused: nothing is sent")
+    typed = ["--debug", "files", "download", "/home/user/a b.bin", "./-out.bin"]
+    typed += ["--token", SECRET, "--no-checksum", "--ca-file", str(ca), "--domain", "d"]
+    env = {"SANDBOXKIT_SANDBOX_KEY": "k", "SANDBOXKIT_DATA_PLANE_SCHEME": "http"}
+    result = CliRunner().invoke(cli, typed, env=env)
+    assert result.exit_code == 130, result.output
+    command = ["cli", "files", "download", "/home/user/a b.bin", "./-out.bin"]
+    command += ["--ca-file", str(ca), "--debug", "--domain", "d", "--token", "..."]
+    command += ["--no-checksum"]
+    assert result.stderr.splitlines() == [
+        "interrupted: kept the partial file '.-out.bin.part' (1.0 MiB of 2.0 MiB); '-out.bin' "
+        f"is as it was; to resume, run: {shlex.join(command)}"
+    ]
 
 
 class _HoldingThread:
@@ -214,32 +352,54 @@ class _HoldingThread:
     ("signum", "code", "line"),
     [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")],
 )
+@pytest.mark.parametrize("keep", [True, False], ids=["keep-partial", "no-keep-partial"])
 def test_a_second_signal_while_exiting_changes_nothing(
-    tmp_path: Path, signum: signal.Signals, code: int, line: str
+    tmp_path: Path, signum: signal.Signals, code: int, line: str, keep: bool
 ) -> None:
-    """A second Ctrl-C or SIGTERM, sent once the interrupted download has cleaned up and
-    said so, leaves the status, the one line of output and the empty directory unchanged."""
-    with (
-        _HoldingThread() as held,
-        cli_process("files", "download", "/f.bin", str(tmp_path), env=held.env()) as process,
-    ):
-        stderr = Lines(process.stderr)
-        try:
-            held.call(held.server.holding.wait())
-            # A first write batch is on disk: the cleanup has a writer thread to wait for.
-            wait_for(lambda: _part_size(tmp_path) >= WRITE_BATCH, "a batch on disk")
-            process.send_signal(signum)
-            said = f"{line}: the partial file was removed; {str(tmp_path / 'f.bin')!r} is as it was"
-            stderr.wait_for(said)  # the process is on its way out
-            process.send_signal(signum)
-            process.wait(timeout=20)
-        finally:
-            process.kill()
-            process.wait()
-        lines = stderr.all()
+    """A second Ctrl-C or SIGTERM, sent once the download interrupted mid-body has let go
+    of its partial file and said so, leaves the status, the one line of output and the
+    directory unchanged: the part and its sidecar kept (by default; the token, typed on the
+    line, is not in the command shown) or nothing left (--no-keep-partial)."""
+    with _HoldingThread() as held:
+        env = held.env()
+        if keep:
+            del env["SANDBOXKIT_SANDBOX_TOKEN"]
+            extra = ["--token", SECRET]
+        else:
+            extra = ["--no-keep-partial"]
+        args = ["files", "download", "/f.bin", str(tmp_path), *extra]
+        with cli_process(*args, env=env) as process:
+            stderr = Lines(process.stderr)
+            try:
+                held.call(held.server.holding.wait())
+                # A first write batch is on disk: the cleanup has a writer thread to wait for.
+                wait_for(lambda: _part_size(tmp_path) >= WRITE_BATCH, "a batch on disk")
+                process.send_signal(signum)
+                stderr.wait_for(f"{line}: ", prefix=True)  # the process is on its way out
+                process.send_signal(signum)
+                process.wait(timeout=20)
+            finally:
+                process.kill()
+                process.wait()
+            lines = stderr.all()
     assert process.returncode == code, lines
+    dest = str(tmp_path / "f.bin")
+    if keep:
+        part = tmp_path / ".f.bin.part"
+        kept = part.stat().st_size  # the first batch: the rest was never written
+        assert WRITE_BATCH <= kept < TOTAL
+        command = shlex.join(["sandboxkit", "files", "download", "/f.bin", str(tmp_path)])
+        said = (
+            f"{line}: kept the partial file {str(part)!r} ({format_size(kept)} of "
+            f"{format_size(TOTAL)}); {dest!r} is as it was; to resume, run: {command} --token ..."
+        )
+        assert sorted(p.name for p in tmp_path.iterdir()) == [".f.bin.part", ".f.bin.part.json"]
+        assert part.read_bytes() == held.server.data[:kept]
+    else:
+        said = f"{line}: the partial file was removed; {dest!r} is as it was"
+        assert list(tmp_path.iterdir()) == []
     assert lines == [said]
-    assert list(tmp_path.iterdir()) == []
+    assert SECRET not in "".join(lines)
 
 
 def _part_size(directory: Path) -> int:

@@ -260,6 +260,27 @@ def test_option_types_match_the_async_client() -> None:
     assert set(sync.ClientOptions.__annotations__) == set(options)
 
 
+def test_keep_partial_reaches_the_async_download(
+    running: Running, sync_client: sync.Client, tmp_path: Path
+) -> None:
+    """The blocking download takes keep_partial (its signature is the async one's): a 500
+    after a cut keeps the partial file, and the next download continues it with Range."""
+    assert "keep_partial" in inspect.signature(sync.Files.download).parameters
+    sbx = sync_client.sandbox_from_response(running.new_sandbox())
+    data = os.urandom(300_000)
+    sbx.files.upload("/home/user/f.bin", data)
+    running.emu.faults.script("files.download", Fault.cut(after_bytes=100_000), Fault.status(500))
+    dest = tmp_path / "f.bin"
+    with pytest.raises(sandboxkit.InternalServerError):
+        sbx.files.download("/home/user/f.bin", dest, keep_partial=True)
+    kept = sandboxkit.find_partial(dest)
+    assert kept is not None and (kept.held, kept.total) == (100_000, len(data))
+    result = sbx.files.download("/home/user/f.bin", dest)
+    assert running.emu.journal_for("files.download")[-1].headers["Range"] == "bytes=100000-"
+    assert (dest.read_bytes(), result.resumes) == (data, 1)
+    assert os.listdir(tmp_path) == ["f.bin"]
+
+
 def test_sync_call_from_a_callback_raises_instead_of_waiting_forever(
     running: Running, sync_client: sync.Client, tmp_path: Path
 ) -> None:

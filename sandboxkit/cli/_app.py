@@ -91,28 +91,36 @@ class Settings:
         work: Callable[[], Awaitable[T]],
         *,
         where: str | None = None,
-        stopped: str | None = None,
+        stopped: str | Callable[[], str] | None = None,
+        left: Callable[[Exception], str | None] | None = None,
     ) -> T:
         """Run `work()` in a fresh event loop, turning failures into one line and an exit code.
 
         `where` names what the work was on (a transfer's remote path and sandbox), for the
-        error line. Ctrl-C and SIGTERM cancel the running task (so transfers clean up their
-        temporary files) and exit 130 and 143, with one line that says so and, after a
-        colon, `stopped`: what was cleaned up and what is kept.
+        error line; `left`, called with the error once the work has failed, what it left
+        behind (a partial file kept to resume), for the end of that line. Ctrl-C and
+        SIGTERM cancel the running task (so transfers clean up their temporary files, or
+        keep them to resume) and exit 130 and 143, with one line that says so and, after a
+        colon, `stopped`: what was cleaned up and what is kept (a function is called once
+        the cancelled work has ended, to look).
         """
-        suffix = f": {stopped}" if stopped else ""
         try:
             return run_cancellable(work)
         except KeyboardInterrupt:
-            click.echo(f"interrupted{suffix}", err=True)
+            click.echo(f"interrupted{_suffix(stopped)}", err=True)
             raise SystemExit(EXIT_INTERRUPTED) from None
         except asyncio.CancelledError:
-            click.echo(f"terminated{suffix}", err=True)
+            click.echo(f"terminated{_suffix(stopped)}", err=True)
             raise SystemExit(EXIT_TERMINATED) from None
         except click.ClickException:
             raise
         except Exception as exc:
-            fail(exc, debug=self.debug, where=where)
+            fail(exc, debug=self.debug, where=where, left=left(exc) if left is not None else None)
+
+
+def _suffix(stopped: str | Callable[[], str] | None) -> str:
+    said = stopped() if callable(stopped) else stopped
+    return f": {said}" if said else ""
 
 
 def run_cancellable(work: Callable[[], Awaitable[T]]) -> T:
@@ -209,11 +217,15 @@ def exit_code(exc: BaseException) -> int:
     return EXIT_INPUT if isinstance(exc, sandboxkit.ValidationError) else EXIT_API
 
 
-def fail(exc: BaseException, *, debug: bool, where: str | None = None) -> NoReturn:
-    """Print `exc` as one line on stderr (and its traceback with `--debug`), then exit."""
+def fail(
+    exc: BaseException, *, debug: bool, where: str | None = None, left: str | None = None
+) -> NoReturn:
+    """Print `exc` as one line on stderr (and its traceback with `--debug`), then exit;
+    `left` (what the failed work left behind) ends the line, after a semicolon."""
     if debug:
         traceback.print_exception(exc, file=sys.stderr)
-    click.echo(f"error: {describe(exc, where)}", err=True)
+    after = f"; {left}" if left else ""
+    click.echo(f"error: {describe(exc, where)}{after}", err=True)
     raise SystemExit(exit_code(exc))
 
 

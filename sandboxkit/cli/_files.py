@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 import socket
 import time
 from pathlib import Path
@@ -13,6 +14,7 @@ import aiohttp
 import anyio
 import click
 from aiohttp.abc import AbstractResolver, ResolveResult
+from click.core import ParameterSource
 from rich.console import Console
 
 import sandboxkit
@@ -23,12 +25,22 @@ from ._progress import TransferBar, format_size, format_throughput, transfer_pro
 
 __all__ = [
     "EmulatorAwareResolver",
+    "download_left",
     "download_line",
+    "download_stopped",
     "files",
     "remote_place",
+    "resume_command",
     "sha256_of",
     "upload_line",
 ]
+
+# Typed on the command line, these are left out of a command printed for the user to run
+# again (they stay in the shell's history, not in a log): their value shows as `...`.
+_SECRETS = frozenset({"token"})
+# The group's options a printed download command repeats (the others, an API key and a
+# console URL, are never used by a data-plane command).
+_GROUP_OPTIONS = ("ca_file", "debug")
 
 
 class EmulatorAwareResolver(AbstractResolver):
@@ -140,14 +152,92 @@ def files() -> None:
     """Download and upload files on one sandbox's data plane."""
 
 
+def _words(ctx: click.Context, names: tuple[str, ...] | None = None) -> list[str]:
+    """The options of `ctx`'s command (those in `names`, if given) that were typed on the
+    command line, as words to type again; a secret's value is `...`."""
+    words: list[str] = []
+    for param in ctx.command.params:
+        name = param.name
+        if (
+            not isinstance(param, click.Option)
+            or name is None
+            or (names is not None and name not in names)
+            or ctx.get_parameter_source(name) is not ParameterSource.COMMANDLINE
+        ):
+            continue
+        value = ctx.params[name]
+        if param.is_flag:
+            words.append(
+                param.opts[0] if value or not param.secondary_opts else param.secondary_opts[0]
+            )
+        else:
+            words += [param.opts[0], "..." if name in _SECRETS else str(value)]
+    return words
+
+
+def resume_command(ctx: click.Context, remote: str, dest: Path) -> str:
+    """The command line that runs this download again (and so continues its partial file):
+    the same command, REMOTE and DEST as given, and the options typed on the command line
+    (those from the environment are still there), a token's value left out (`--token ...`).
+    """
+    typed = str(dest)
+    if typed.startswith("-"):  # not an option: say it as a path
+        typed = os.path.join(os.curdir, typed)
+    root = ctx.find_root()
+    options = [*_words(root, _GROUP_OPTIONS), *_words(ctx)]
+    return shlex.join([*ctx.command_path.split(), remote, typed, *options])
+
+
+def _kept(dest: Path) -> str | None:
+    """`kept the partial file ... (held of total)`, for a part kept beside `dest` that a
+    rerun can continue; None for none."""
+    part = sandboxkit.find_partial(dest)
+    if part is None or not part.held or part.total is None:
+        return None
+    held, total = format_size(part.held), format_size(part.total)
+    return f"kept the partial file {str(part.path)!r} ({held} of {total})"
+
+
+def download_left(dest: Path, command: str, error: Exception) -> str | None:
+    """What a download that failed with `error` says at the end of its error line: the
+    partial file kept beside `dest` (where, what it holds) and the command that continues it;
+    None when none was kept, and for an error raised before the part was opened (bad input,
+    where this command would not run; the part another download is writing now)."""
+    if isinstance(error, sandboxkit.ValidationError | sandboxkit.DestinationLockedError):
+        return None
+    kept = _kept(dest)
+    return None if kept is None else f"{kept}; to resume, run: {command}"
+
+
+def download_stopped(dest: Path, command: str) -> str:
+    """What an interrupted download says after `interrupted: `: the partial file kept beside
+    `dest`, what it holds and the command that continues it; or that it was removed."""
+    as_was = f"{str(dest)!r} is as it was"
+    kept = _kept(dest)
+    if kept is not None:
+        return f"{kept}; {as_was}; to resume, run: {command}"
+    part = sandboxkit.find_partial(dest)  # rare: one no data center vouched for
+    if part is None:
+        return f"the partial file was removed; {as_was}"
+    return f"the partial file {str(part.path)!r} holds nothing to resume; {as_was}"
+
+
 @files.command("download")
 @click.argument("remote")
 @click.argument("dest", type=click.Path(dir_okay=True, path_type=Path))
 @_sandbox_options
 @click.option("--no-checksum", is_flag=True, help="Skip the SHA-256 (a little faster).")
-@click.pass_obj
+@click.option(
+    "--keep-partial/--no-keep-partial",
+    default=True,
+    show_default=True,
+    help="Interrupted or failed, keep the partial file (where the data center resumes) for "
+    "the same command to continue. --no-keep-partial removes it, except after a failure a "
+    "later try may not meet (an outage, a timeout).",
+)
+@click.pass_context
 def files_download(
-    settings: Settings,
+    ctx: click.Context,
     remote: str,
     dest: Path,
     sandbox_key: str,
@@ -155,12 +245,18 @@ def files_download(
     token: str,
     data_plane_scheme: str,
     no_checksum: bool,
+    keep_partial: bool,
 ) -> None:
     """Download REMOTE (an absolute path in the sandbox) to DEST, resuming after failures.
 
-    DEST may be a directory: the file keeps its remote base name. Nothing is left behind if
-    the transfer fails or is interrupted.
+    DEST may be a directory: the file keeps its remote base name. DEST appears only once
+    whole. Interrupted (Ctrl-C, SIGTERM) or failed, the bytes so far stay beside it in
+    `.NAME.part` (with its sidecar `.NAME.part.json`) where the data center resumes, and
+    the same command continues from there (the last line says where and gives it).
+    --no-keep-partial removes them, but after a failure a later try may not meet.
     """
+    settings: Settings = ctx.obj
+    command = resume_command(ctx, remote, dest)
     if dest.is_dir():
         dest = dest / (remote.rstrip("/").rsplit("/", 1)[-1] or "download")
     console = Console(stderr=True)
@@ -175,15 +271,23 @@ def files_download(
             )
             async with client:
                 result = await sandbox.files.download(
-                    remote, dest, progress=bar, checksum=not no_checksum
+                    remote,
+                    dest,
+                    progress=bar,
+                    checksum=not no_checksum,
+                    keep_partial=keep_partial,
                 )
             bar.finish(result.size)
         return result
 
-    # A cancelled download removes its partial file (only a failure a later try may not
-    # meet keeps it for a resume): say so, and that DEST was never touched.
-    stopped = f"the partial file was removed; {str(dest)!r} is as it was"
-    result = settings.run(work, where=remote_place(remote, sandbox_key), stopped=stopped)
+    # Looked at once the cancelled download has ended: the partial file it kept (where the
+    # data center resumes) and the command that continues it, or that it was removed.
+    result = settings.run(
+        work,
+        where=remote_place(remote, sandbox_key),
+        stopped=lambda: download_stopped(dest, command),
+        left=lambda error: download_left(dest, command, error),
+    )
     click.echo(download_line(result))
 
 

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import anyio
 import attrs
@@ -36,7 +35,7 @@ from .._protocol import (
 )
 from .._resume import Action, Decision, Mode, ResponseInfo, ResumeState
 from .._retry import TryAgain, is_transient
-from ..errors import ResponseDecodeError, SandboxKitError, ValidationError
+from ..errors import ResponseDecodeError, SandboxKitError
 from ..models import DownloadResult
 from ._file_sink import WRITE_BATCH, FileSink, Piece
 from ._partial import PartFile, PartOf, open_part
@@ -45,7 +44,6 @@ from ._plane import DataPlane, Progress
 __all__ = [
     "WRITE_BATCH",
     "Request",
-    "check_destination",
     "download_to_file",
     "fetch",
     "read_all",
@@ -313,30 +311,22 @@ def _verdict(decision: Decision, status: int) -> TryAgain | None:
     return None  # DONE, or a body that ended where it should
 
 
-def check_destination(dest: Any) -> Path:
-    """`dest` as a Path whose parent directory exists and which is not itself a directory."""
-    if not isinstance(dest, str | os.PathLike):
-        raise ValidationError(f"dest={dest!r}: must be a str or os.PathLike path")
-    path = Path(os.fspath(dest))
-    if not path.name:
-        raise ValidationError(f"dest={str(path)!r}: must name a file")
-    if path.is_dir():
-        raise ValidationError(f"dest={str(path)!r}: is a directory; pass a file path")
-    if not path.parent.is_dir():
-        raise ValidationError(f"dest={str(path)!r}: its directory does not exist")
-    return path
-
-
 async def download_to_file(
-    request: Request, dest: Path, *, checksum: bool, progress: Progress | None, resume: bool
+    request: Request,
+    dest: Path,
+    *,
+    checksum: bool,
+    progress: Progress | None,
+    resume: bool,
+    keep_partial: bool,
 ) -> DownloadResult:
     """Download into `dest`'s partial file, renamed into place only when complete.
 
     With `resume`, a partial file a dead process left (`_partial`) is continued where its
-    sidecar vouches for it. A download that fails here for a reason a later try may not
-    meet (`_retry.is_transient`: an outage, a timeout) keeps its partial file, when the data
-    center showed it can resume, for the next download of the same file to continue; any
-    other failure, and a cancellation, removes it.
+    sidecar vouches for it. Where the data center showed it can resume, a failure here for a
+    reason a later try may not meet (`_retry.is_transient`: an outage, a timeout) keeps the
+    partial file for the next download of the same file to continue, and with
+    `keep_partial` so does any failure or cancellation; otherwise it is removed.
     """
     clock = request.plane.calls.clock
     started = clock()
@@ -356,10 +346,10 @@ async def download_to_file(
         await sink.commit(part.path, dest)
         part.discard()  # the sidecar; the part itself is `dest` now
     except BaseException as exc:
-        # Cancelled again while this runs, it still closes and removes the file; a
+        # Cancelled again while this runs, it still closes (and removes or keeps) the file; a
         # cancellation that arrives during a commit lets the rename finish (dest is then the
         # whole file), and the call ends cancelled all the same.
-        await let_go(sink, part, exc, resume=resume)
+        await let_go(sink, part, exc, resume=resume, keep_partial=keep_partial)
         raise
     return DownloadResult(
         path=dest,
@@ -394,17 +384,16 @@ async def let_go(
     exc: BaseException,
     *,
     resume: bool,
+    keep_partial: bool,
     held: asyncio.CancelledError | None = None,
 ) -> None:
     """After a failed or cancelled download: wait until no thread touches the file, close
     it, and keep it (and its sidecar) only where a later download may continue it: the data
-    center resumes and the failure was transient. Raises the cancellation held back
-    meanwhile (or `held`) unless `exc` is one already; else returns for the caller's
-    `raise`."""
+    center resumes, the part holds bytes, and the failure was transient or `keep_partial`
+    asks. Raises the cancellation held back meanwhile (or `held`) unless `exc` is one
+    already; else returns for the caller's `raise`."""
     held = await sink.quiesce() or held
-    part.handle.close()
-    if not (resume and part.resumable and is_transient(exc)):
-        part.discard()
+    part.let_go(keep=part.resumable and (keep_partial or (resume and is_transient(exc))))
     raise_held(held, exc)
 
 

@@ -42,14 +42,22 @@ import attrs
 
 from .._resume import Validators
 from .._slices import Span, merge, prefix, valid_done
-from ..errors import DestinationLockedError, DestinationUnsafeError
+from ..errors import DestinationLockedError, DestinationUnsafeError, ValidationError
 
 try:  # POSIX; elsewhere parts are used without a lock
     import fcntl
 except ImportError:  # pragma: no cover - not on the machines this project runs on
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["PartFile", "PartOf", "clear_leftovers", "open_part", "part_paths"]
+__all__ = [
+    "PartFile",
+    "PartOf",
+    "PartialDownload",
+    "clear_leftovers",
+    "find_partial",
+    "open_part",
+    "part_paths",
+]
 
 logger = logging.getLogger("sandboxkit")
 
@@ -103,6 +111,7 @@ class PartFile:
     sliced: bool = False  # its sidecar came from a download in slices
     validators: Validators | None = None
     _recorded: tuple[int | None, bool, Validators | None] | None = None
+    _identity: tuple[int, int] | None = None  # (st_dev, st_ino) of the file opened
 
     def record(self, total: int | None, ranges: bool, validators: Validators | None = None) -> None:
         """Write the sidecar for what the service has just shown (only when it changed: a
@@ -165,6 +174,21 @@ class PartFile:
         may continue the part with `Range`)."""
         return self._recorded is not None and self._recorded[1] and self._recorded[0] is not None
 
+    def let_go(self, *, keep: bool) -> None:
+        """Close the part, then remove it and its sidecar unless `keep` and it still holds
+        bytes to continue: not renamed into place meanwhile (a cancelled commit), not empty
+        (a download stopped before its first batch reached the disk)."""
+        self.handle.close()
+        if not (keep and self._holds_bytes()):
+            self.discard()
+
+    def _holds_bytes(self) -> bool:
+        try:
+            st = os.lstat(self.path)
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) == self._identity and st.st_size > 0
+
     def discard(self) -> None:
         """Remove the sidecar and the part (the handle must be closed first)."""
         for path in (self.sidecar, self.path):
@@ -199,10 +223,11 @@ def open_part(dest: Path, of: PartOf, *, resume: bool, sliced: bool = False) -> 
     except BaseException:
         os.close(fd)
         raise
-    part = PartFile(path, sidecar, handle, of)
+    opened = os.fstat(fd)
+    part = PartFile(path, sidecar, handle, of, identity=(opened.st_dev, opened.st_ino))
     if left_behind:  # locked now: no live writer of this dest has a scratch file in flight
         _clear_scratch(sidecar)
-    size = os.fstat(handle.fileno()).st_size
+    size = opened.st_size
     seen = _read_sidecar(sidecar) if resume and size else None
     done = _vouched(seen, of, size) if seen is not None else None
     if done and not sliced:  # a single stream continues the first contiguous bytes only
@@ -379,3 +404,46 @@ def clear_leftovers(dest: Path) -> None:
         return  # someone is writing it: theirs to finish or clean
     part.handle.close()
     part.discard()
+
+
+@attrs.frozen
+class PartialDownload:
+    """A partial file beside a download's `dest` (`sandboxkit.find_partial`) and its `sidecar`:
+    `held` is the bytes the sidecar vouches for, which the next download of the same remote
+    file to the same `dest` continues from (0: it starts over); `total` the file's size as
+    the sidecar recorded it (None without a valid sidecar)."""
+
+    path: Path
+    sidecar: Path
+    held: int
+    total: int | None
+
+
+def find_partial(dest: str | os.PathLike[str]) -> PartialDownload | None:
+    """The partial file a download to `dest` left, or None when there is none.
+
+    Left by a download with `keep_partial=True` that failed or was cancelled, by one that
+    failed for a reason a later try may not meet, by a process that died mid-download; one
+    running now has one too. Only reads: nothing is locked, changed or removed.
+
+    Raises:
+        ValidationError: `dest` is not a str or os.PathLike path.
+    """
+    if not isinstance(dest, str | os.PathLike):
+        raise ValidationError(f"dest={dest!r}: must be a str or os.PathLike path")
+    path, sidecar = part_paths(Path(os.fspath(dest)))
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if not _own_file(st):
+        return None  # not a partial file of ours: a download removes it
+    seen = _read_sidecar(sidecar) if st.st_size else None
+    if seen is None:
+        return PartialDownload(path, sidecar, 0, None)
+    # Vouched as `open_part` vouches, for whatever download the sidecar names.
+    done = _vouched(
+        seen, PartOf(seen.get("origin", ""), seen.get("path", ""), seen.get("username")), st.st_size
+    )
+    held = sum(end - start for start, end in done or [])
+    return PartialDownload(path, sidecar, held, seen["total"] if done else None)

@@ -9,8 +9,10 @@ beside them, a model, an emulator route and a test.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from contextlib import AbstractAsyncContextManager
+from pathlib import Path
 from typing import Any, TypeVar
 
 import attrs
@@ -26,7 +28,7 @@ from .._telemetry import Transfer
 from .._validation import check_remote_path
 from ..errors import ValidationError
 
-__all__ = ["REPLY_LIMIT", "DataPlane", "Progress", "check_chunk_size"]
+__all__ = ["REPLY_LIMIT", "DataPlane", "Progress", "check_chunk_size", "check_destination"]
 
 T = TypeVar("T")
 # `progress(done_bytes, total_or_None)`; whatever it returns is ignored.
@@ -40,6 +42,20 @@ def check_chunk_size(chunk_size: Any) -> int:
     if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1:
         raise ValidationError(f"chunk_size={chunk_size!r}: must be a positive integer")
     return chunk_size
+
+
+def check_destination(dest: Any) -> Path:
+    """`dest` as a Path whose parent directory exists and which is not itself a directory."""
+    if not isinstance(dest, str | os.PathLike):
+        raise ValidationError(f"dest={dest!r}: must be a str or os.PathLike path")
+    path = Path(os.fspath(dest))
+    if not path.name:
+        raise ValidationError(f"dest={str(path)!r}: must name a file")
+    if path.is_dir():
+        raise ValidationError(f"dest={str(path)!r}: is a directory; pass a file path")
+    if not path.parent.is_dir():
+        raise ValidationError(f"dest={str(path)!r}: its directory does not exist")
+    return path
 
 
 @attrs.frozen

@@ -406,14 +406,13 @@ async def download_to_file(
     checksum: bool,
     progress: Progress | None,
     resume: bool,
+    keep_partial: bool,
     parallel: ParallelDownloads,
 ) -> DownloadResult:
-    """`_download.download_to_file`, split into parallel slices where it pays (see above).
-
-    The same promises: `dest` appears whole or not at all; failure or cancellation removes
-    the part, except a failure a later try may not meet on a data center that resumes
-    (`is_transient`), which keeps it and its sidecar for the next download to continue.
-    """
+    """`_download.download_to_file`, split into parallel slices where it pays (see above),
+    with the same promises: `dest` appears whole or not at all, and a failure or cancellation
+    keeps the part (its sidecar recording every range written) exactly when one stream's is
+    kept (`_download.let_go`, `keep_partial` included), for the next download to continue."""
     clock = request.plane.calls.clock
     started = clock()
     part = open_part(dest, _part_of(request), resume=resume, sliced=True)
@@ -438,7 +437,7 @@ async def download_to_file(
         if run.file is not None and part.resumable:
             with contextlib.suppress(OSError):
                 run.file.ledger.save()  # every range written, for the next download to continue
-        await let_go(sink, part, exc, resume=resume, held=held)
+        await let_go(sink, part, exc, resume=resume, keep_partial=keep_partial, held=held)
         raise
     return DownloadResult(
         path=dest,

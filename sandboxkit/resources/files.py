@@ -13,12 +13,12 @@ import attrs
 
 from .. import _bounds
 from .._config import CallOptions, ParallelDownloads, RetryPolicy, Timeout
-from .._validation import check_username
+from .._validation import check_flag, check_username
 from ..errors import ValidationError
 from ..models import DownloadResult, FileEntry, FileRange, TextPage
 from . import _download, _ranged, _reads, _upload
 from ._common import AsyncStream
-from ._plane import DataPlane, Progress, check_chunk_size
+from ._plane import DataPlane, Progress, check_chunk_size, check_destination
 
 __all__ = ["Files"]
 
@@ -64,6 +64,7 @@ class Files:
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         checksum: bool = True,
         resume: bool = True,
+        keep_partial: bool = False,
         parts: int | None = None,
         timeout: Timeout | None = None,
         retry: RetryPolicy | None = None,
@@ -72,8 +73,12 @@ class Files:
 
         The bytes land in a partial file beside `dest`, `.{name}.part`, with a sidecar
         `.{name}.part.json` saying what it is a part of; it is renamed over `dest` only once
-        complete. On failure or cancellation both are removed and an existing `dest` is left
-        as it was. If a process dies mid-download, they stay: the next download of the same
+        complete. On failure or cancellation an existing `dest` is left as it was, and both
+        are removed, except where the data center showed it resumes and the part holds
+        bytes: then a failure a later try may not meet (an outage, 429/502/503/504, a
+        timeout) keeps them, and with `keep_partial=True` so does any failure or
+        cancellation (as curl `-C -` and wget `-c` keep theirs; `sandboxkit.find_partial`
+        finds them). If a process dies mid-download, they stay. The next download of the same
         remote file to the same `dest` continues from the part's size with `Range` (where the
         data center supports resume and the size still matches), else starts over. The
         local name is `dest`, never the server's `Content-Disposition`.
@@ -99,6 +104,11 @@ class Files:
             checksum: compute the SHA-256 of what was written (`result.sha256`); a resumed
                 part's bytes are read back and hashed too.
             resume: continue a partial file a dead process left; False always starts over.
+            keep_partial: keep the partial file and its sidecar after any failure or
+                cancellation (Ctrl-C, the caller's own timeout), for a later download to
+                continue; False keeps them only after a failure a later try may not meet.
+                A part the data center cannot resume, or one holding no bytes, is removed
+                either way.
             parts: connections for this file (see above); None: the client's
                 `ParallelDownloads.parts`; 1: one stream.
             timeout: per-call time limits; `total` bounds the whole download.
@@ -112,7 +122,7 @@ class Files:
 
         Raises:
             ValidationError: a bad remote path, a directory as `dest`, a missing directory,
-                `parts` not a positive integer.
+                `parts` not a positive integer, `keep_partial` not a bool.
             DestinationLockedError: another download is writing `dest` now.
             APIError: its status subclass (`NotFoundError`, ...) when the service refuses; a
                 `RedirectNotFollowedError` (an `APIError`) for a redirect, never followed.
@@ -127,7 +137,8 @@ class Files:
             print(result.size, result.sha256)
         """
         request = self._request(remote, username, chunk_size, timeout, retry)
-        path = _download.check_destination(dest)
+        path = check_destination(dest)
+        keep = check_flag("keep_partial", keep_partial)
         parallel = self._parallel
         if parts is not None:
             parallel = attrs.evolve(parallel, parts=_ranged.check_parts(parts))
@@ -138,10 +149,16 @@ class Files:
                 checksum=bool(checksum),
                 progress=progress,
                 resume=bool(resume),
+                keep_partial=keep,
                 parallel=parallel,
             )
         return await _download.download_to_file(
-            request, path, checksum=bool(checksum), progress=progress, resume=bool(resume)
+            request,
+            path,
+            checksum=bool(checksum),
+            progress=progress,
+            resume=bool(resume),
+            keep_partial=keep,
         )
 
     def iter_bytes(
