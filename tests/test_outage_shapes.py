@@ -147,9 +147,10 @@ def test_a_head_closes_the_circuit_only_once_its_body_flows() -> None:
     assert circuits.get(host) is None
 
 
-def test_a_host_never_heard_from_opens_no_circuit_but_its_siblings_count() -> None:
-    """Failures of a host that never answered open no circuit (it is a mistake, reported);
-    a sandbox host whose domain's other hosts answered is treated as up."""
+def test_a_host_never_heard_from_opens_no_circuit_unless_its_domain_is_down() -> None:
+    """Failures of a host that never answered open no circuit (it is a mistake, reported),
+    even when other sandboxes of its domain answered (a wrong key: issue 38); only while a
+    sibling that answered is failing (the domain is down) does its failure open it."""
     from sandboxkit._circuits import Circuits
 
     circuits = Circuits(lambda: 0.0)
@@ -157,11 +158,15 @@ def test_a_host_never_heard_from_opens_no_circuit_but_its_siblings_count() -> No
         circuits.failed("http://127.0.0.1:9", "refused")
     assert circuits.get("http://127.0.0.1:9") is None
     circuits.heard_from("http://sbx-1.sandbox.test:9")
-    assert circuits.ever_answered("http://sbx-2.sandbox.test:9")
-    assert not circuits.ever_answered("http://sbx-2.other.test:9")
-    assert not circuits.ever_answered("http://127.0.0.2:9")
+    assert not circuits.ever_answered("http://sbx-2.sandbox.test:9")
+    assert circuits.siblings_answered("http://sbx-2.sandbox.test:9")
+    assert not circuits.siblings_answered("http://sbx-2.other.test:9")
+    assert not circuits.siblings_answered("http://127.0.0.2:9")
     for _ in range(5):
         circuits.failed("http://sbx-2.sandbox.test:9", "refused")
+    assert circuits.get("http://sbx-2.sandbox.test:9") is None
+    circuits.failed("http://sbx-1.sandbox.test:9", "refused")  # its domain is down
+    circuits.failed("http://sbx-2.sandbox.test:9", "refused")
     circuit = circuits.get("http://sbx-2.sandbox.test:9")
     assert circuit is not None and not circuit.closed
 
