@@ -162,25 +162,38 @@ class Calls:
         return result
 
     def _explain_never_answered(self, error: TransportError | APIError, host: str) -> None:
-        """A host that never answered this client is likely a wrong address, not one that
-        is down: the message says what to check. Through a proxy, a 502 or 503 for such a
-        host is most likely the proxy's own (it cannot reach the host): it says so."""
-        if self.transport.circuits.ever_answered(host) or _NEVER_ANSWERED in error.message:
-            return
+        """A host that never answered this client, while its domain does not look down, is
+        likely a wrong address, not one that is down: the message says what to check (the
+        sandbox key, when other hosts of its domain answered). Through a proxy, a 502 or 503
+        for such a host is most likely the proxy's own (it cannot reach the host); without
+        one, that of its domain's gateway when the domain answers for other sandboxes: it
+        says so."""
+        circuits = self.transport.circuits
+        if circuits.may_be_down(host) or _NEVER_ANSWERED in error.message:
+            return  # it answered before, or its domain is down: an outage, not a mistake
+        siblings = circuits.siblings_answered(host)
         proxy = self.transport.proxies.for_origin(host)
         if isinstance(error, APIError):
-            if proxy is None:
+            if proxy is not None:
+                blame = (
+                    f"the {error.status} likely comes from the proxy {redacted(proxy.url)}, "
+                    "which cannot reach it; "
+                )
+            elif siblings:
+                blame = (
+                    f"the {error.status} likely comes from its domain's gateway, which knows "
+                    "no such sandbox; "
+                )
+            else:
                 return  # the service's own gateway: its message stands
-            blame = (
-                f"the {error.status} likely comes from the proxy {redacted(proxy.url)}, "
-                "which cannot reach it; "
-            )
         else:
             blame = ""
-        error.message = (
-            f"{error.message} ({blame}{host} {_NEVER_ANSWERED}: check the base URL or the "
-            "sandbox's domain, its port, and any proxy in between)"
-        )
+        if siblings:
+            check = ", while other hosts of its domain have: check the sandbox key"
+        else:
+            check = ": check the base URL or the sandbox's domain, its port, and any proxy"
+            check += " in between"
+        error.message = f"{error.message} ({blame}{host} {_NEVER_ANSWERED}{check})"
         error.args = (error.message,)
 
     def policy_for(self, options: CallOptions) -> RetryPolicy:
@@ -207,6 +220,7 @@ class Calls:
         stall = policy.max_stall
         stalled_at = None if stall is None else self.clock() + stall
         failure: SandboxKitError | TryAgain | None = None
+        circuits = self.transport.circuits
         while True:
             probe = None
             # Asked here first: a host with no failure on record (the usual) has no circuit.
@@ -240,12 +254,15 @@ class Calls:
                 counted -= 1 + outages
                 outages = 0
                 continue
-            # A failure that says a host known to be up is going away costs no budget either:
-            # its circuit, not the budget, bounds what an outage costs (one probe a cooldown).
+            # A failure that says a host is going away costs no budget either: its circuit,
+            # not the budget, bounds what an outage costs (one probe a cooldown). So does
+            # one of a host that never answered while others of its domain did: a wrong key
+            # (its calls' attempts bound it), or an outage just begun, whose first failures
+            # may come before the domain is known down and must not drain the budget.
             going_away = (
                 host is not None
                 and _is_outage(failure)
-                and self.transport.circuits.ever_answered(host)
+                and (circuits.ever_answered(host) or circuits.siblings_answered(host))
             )
             outages = outages + 1 if going_away and not moved else 0
             # Backoff grows with the failures that count, so progress also resets it.

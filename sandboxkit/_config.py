@@ -260,7 +260,9 @@ class RetryPolicy:
             (refused or reset connects, timeouts, a connection closed before or right after
             an answer's head, 502/503) from any calls, calls to it wait, spending no
             attempts and no retry budget (nor did those 5), while one probe at a time (after
-            0.25 s, doubling to 2 s) tests it. A host that never answered is not waited for:
+            0.25 s, doubling to 2 s) tests it. A sandbox host that never answered is waited
+            for only while its domain is down (other hosts of it failing, none answering):
+            then from its first such failure. Otherwise (a wrong sandbox key, domain or port)
             its failures count as attempts. None: only `Timeout.total` bounds the wait. 0:
             never wait for a host; its failures count as attempts.
     """

@@ -244,12 +244,17 @@ class Circuit:
         self.probe = None
         return was_open
 
-    def on_outage(self, now: float, description: str) -> bool:
-        """The host failed as a down host does. True when the circuit opened (again)."""
+    def on_outage(self, now: float, description: str, *, down: bool = False) -> bool:
+        """The host failed as a down host does. True when the circuit opened (again).
+
+        `down`: the host is known down already (its domain is): a closed circuit opens at
+        this failure instead of at its `threshold`."""
         self.failures += 1
         self.last_failure = description
         state = self.state(now)
-        if state is _State.OPEN or (state is _State.CLOSED and self.failures < self.threshold):
+        if state is _State.OPEN or (
+            state is _State.CLOSED and self.failures < self.threshold and not down
+        ):
             return False
         # Reaching the threshold, or a failed probe (or any failure while half-open).
         self.cooldown = (

@@ -105,7 +105,7 @@ class Transport:
             self.limits, self._make_host_session, self._clock
         )
         # What each request met, by host: `Calls` waits on a host whose circuit is open.
-        self.circuits = Circuits(self._clock)
+        self.circuits = Circuits(self._clock, console=self.base_url)
         # Answers whose body is being read; `aclose()` ends them first (see there).
         self.reading: set[Answer] = set()
 

@@ -3,7 +3,8 @@
 Counters of what a process holds (sockets, RSS), checks that a client left nothing behind
 (no busy connection before `aclose()`, no session or socket after it, no temporary file),
 the seed handling of every randomized test (`SANDBOXKIT_SEED=` replays one), scripts run in
-a fresh Python, outages on a virtual clock, and loopback servers that write raw bytes.
+a fresh Python, outages on a virtual clock, loopback servers that write raw bytes, and a
+relay that stops listening (refused connects) and listens again on the same port.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -439,3 +440,80 @@ async def pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None
         while data := await source.read(1 << 16):
             sink.write(data)
             await sink.drain()
+
+
+class Relay:
+    """A TCP relay on one loopback port to the emulator's data server. `refuse()` stops
+    listening (connects are refused, as to a host whose server is gone) and resets what it
+    relays; `serve()` listens again on the same port.
+
+    Its own accept loop, not `asyncio.start_server`: closing an asyncio server can leak a
+    connection accepted in the same loop turn, unanswered (Python 3.11's
+    `Server._attach`), and a client then waits out its read timeout on it."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.port = 0
+        self._listener: socket.socket | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._accepted: list[socket.socket] = []  # closed at refuse(), whatever became of them
+
+    async def serve(self) -> None:
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(256)
+        listener.setblocking(False)
+        self.port = listener.getsockname()[1]
+        self._listener = listener
+        # Accepted in a plain callback: a cancelled `sock_accept` can drop a connection it
+        # has already taken, unclosed.
+        asyncio.get_running_loop().add_reader(listener, self._accept, listener)
+
+    async def refuse(self) -> None:
+        if self._listener is not None:
+            asyncio.get_running_loop().remove_reader(self._listener)
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for connection in self._accepted:  # a relay cancelled before it began holds its own
+            connection.close()
+        self._accepted.clear()
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+
+    def _start(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                connection, _ = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            connection.setblocking(False)
+            self._accepted.append(connection)
+            self._start(self._relay(connection))
+
+    async def _relay(self, connection: socket.socket) -> None:
+        try:
+            reader, writer = await asyncio.open_connection(sock=connection)
+        except BaseException:
+            connection.close()
+            raise
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+            try:
+                await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
+            finally:
+                up_writer.transport.abort()
+        finally:
+            writer.transport.abort()
+
+    @staticmethod
+    async def _pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+        await pump(source, sink)
+        sink.transport.abort()  # one side ended: the exchange is over on both

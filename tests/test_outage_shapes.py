@@ -10,10 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import socket
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -24,11 +22,11 @@ from sandboxkit.emulator import Emulator, Fault, Outage
 from .files_support import Box, payload, sha
 from .reliability_support import (
     RawServer,
+    Relay,
     box_on_virtual_time,
     http_answer,
     outage_until,
     port_of,
-    pump,
     refused_port,
     same_file_jobs,
     started,
@@ -39,83 +37,6 @@ JOBS_PER_HOST = 8
 CONCURRENCY = 100
 OUTAGE_SECONDS = 3.0  # the outage's length, a real one: the default policy's real waits
 REMOTE = "/home/user/data.bin"
-
-
-class Relay:
-    """A TCP relay on one loopback port to the emulator's data server. `refuse()` stops
-    listening (connects are refused, as to a host whose server is gone) and resets what it
-    relays; `serve()` listens again on the same port.
-
-    Its own accept loop, not `asyncio.start_server`: closing an asyncio server can leak a
-    connection accepted in the same loop turn, unanswered (Python 3.11's
-    `Server._attach`), and a client then waits out its read timeout on it."""
-
-    def __init__(self, target_port: int) -> None:
-        self.target_port = target_port
-        self.port = 0
-        self._listener: socket.socket | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._accepted: list[socket.socket] = []  # closed at refuse(), whatever became of them
-
-    async def serve(self) -> None:
-        listener = socket.socket()
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", self.port))
-        listener.listen(256)
-        listener.setblocking(False)
-        self.port = listener.getsockname()[1]
-        self._listener = listener
-        # Accepted in a plain callback: a cancelled `sock_accept` can drop a connection it
-        # has already taken, unclosed.
-        asyncio.get_running_loop().add_reader(listener, self._accept, listener)
-
-    async def refuse(self) -> None:
-        if self._listener is not None:
-            asyncio.get_running_loop().remove_reader(self._listener)
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        for connection in self._accepted:  # a relay cancelled before it began holds its own
-            connection.close()
-        self._accepted.clear()
-        if self._listener is not None:
-            self._listener.close()
-            self._listener = None
-
-    def _start(self, work: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.create_task(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    def _accept(self, listener: socket.socket) -> None:
-        while True:
-            try:
-                connection, _ = listener.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            connection.setblocking(False)
-            self._accepted.append(connection)
-            self._start(self._relay(connection))
-
-    async def _relay(self, connection: socket.socket) -> None:
-        try:
-            reader, writer = await asyncio.open_connection(sock=connection)
-        except BaseException:
-            connection.close()
-            raise
-        try:
-            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
-            try:
-                await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
-            finally:
-                up_writer.transport.abort()
-        finally:
-            writer.transport.abort()
-
-    @staticmethod
-    async def _pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
-        await pump(source, sink)
-        sink.transport.abort()  # one side ended: the exchange is over on both
 
 
 @contextlib.asynccontextmanager
@@ -226,9 +147,10 @@ def test_a_head_closes_the_circuit_only_once_its_body_flows() -> None:
     assert circuits.get(host) is None
 
 
-def test_a_host_never_heard_from_opens_no_circuit_but_its_siblings_count() -> None:
-    """Failures of a host that never answered open no circuit (it is a mistake, reported);
-    a sandbox host whose domain's other hosts answered is treated as up."""
+def test_a_host_never_heard_from_opens_no_circuit_unless_its_domain_is_down() -> None:
+    """Failures of a host that never answered open no circuit (it is a mistake, reported),
+    even when other sandboxes of its domain answered (a wrong key: issue 38); only while a
+    sibling that answered is failing (the domain is down) does its failure open it."""
     from sandboxkit._circuits import Circuits
 
     circuits = Circuits(lambda: 0.0)
@@ -236,11 +158,15 @@ def test_a_host_never_heard_from_opens_no_circuit_but_its_siblings_count() -> No
         circuits.failed("http://127.0.0.1:9", "refused")
     assert circuits.get("http://127.0.0.1:9") is None
     circuits.heard_from("http://sbx-1.sandbox.test:9")
-    assert circuits.ever_answered("http://sbx-2.sandbox.test:9")
-    assert not circuits.ever_answered("http://sbx-2.other.test:9")
-    assert not circuits.ever_answered("http://127.0.0.2:9")
+    assert not circuits.ever_answered("http://sbx-2.sandbox.test:9")
+    assert circuits.siblings_answered("http://sbx-2.sandbox.test:9")
+    assert not circuits.siblings_answered("http://sbx-2.other.test:9")
+    assert not circuits.siblings_answered("http://127.0.0.2:9")
     for _ in range(5):
         circuits.failed("http://sbx-2.sandbox.test:9", "refused")
+    assert circuits.get("http://sbx-2.sandbox.test:9") is None
+    circuits.failed("http://sbx-1.sandbox.test:9", "refused")  # its domain is down
+    circuits.failed("http://sbx-2.sandbox.test:9", "refused")
     circuit = circuits.get("http://sbx-2.sandbox.test:9")
     assert circuit is not None and not circuit.closed
 
