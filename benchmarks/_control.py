@@ -24,7 +24,7 @@ from _report import CaseResult, Column, target
 from _server import PAGE_SIZE_LARGE, PAGE_SIZE_SMALL, ServerProcess
 
 import sandboxkit
-from sandboxkit._convert import structure
+from sandboxkit._core.convert import structure
 from sandboxkit.models import Build, Page
 
 SERVER = (

@@ -141,7 +141,7 @@ _LAZY = {
     "FileEntry": ".models",
     "FileRange": ".models",
     "FileTooLargeError": ".errors",
-    "find_partial": ".resources._partial",
+    "find_partial": "._transfer.partial",
     "GatewayTimeoutError": ".errors",
     "HostNotFoundError": ".errors",
     "HostUnavailableError": ".errors",
@@ -149,7 +149,7 @@ _LAZY = {
     "IdempotencyMismatchError": ".errors",
     "Image": ".models",
     "InternalServerError": ".errors",
-    "Limits": "._config",
+    "Limits": "._core.options",
     "LogEntry": ".models",
     "LogLevel": ".models",
     "LogPage": ".models",
@@ -158,8 +158,8 @@ _LAZY = {
     "Organization": ".models",
     "Page": ".models",
     "PaginationError": ".errors",
-    "ParallelDownloads": "._config",
-    "PartialDownload": ".resources._partial",
+    "ParallelDownloads": "._core.options",
+    "PartialDownload": "._transfer.partial",
     "PartitionEntry": ".models",
     "PayloadTooLargeError": ".errors",
     "PermissionDeniedError": ".errors",
@@ -170,11 +170,11 @@ _LAZY = {
     "RateLimitError": ".errors",
     "RedirectNotFollowedError": ".errors",
     "RemoteProtocolError": ".errors",
-    "RequestEvent": "._events",
+    "RequestEvent": "._core.events",
     "ResponseDecodeError": ".errors",
-    "ResponseEvent": "._events",
-    "RetryEvent": "._events",
-    "RetryPolicy": "._config",
+    "ResponseEvent": "._core.events",
+    "RetryEvent": "._core.events",
+    "RetryPolicy": "._core.options",
     "Sandbox": ".resources.sandbox",
     "SandboxKitError": ".errors",
     "ServiceUnavailableError": ".errors",
@@ -184,7 +184,7 @@ _LAZY = {
     "TemplateCredential": ".models",
     "TemplateStatus": ".models",
     "TextPage": ".models",
-    "Timeout": "._config",
+    "Timeout": "._core.options",
     "TLSHandshakeError": ".errors",
     "TransportError": ".errors",
     "UnprocessableEntityError": ".errors",
@@ -196,8 +196,9 @@ _LAZY = {
 
 if TYPE_CHECKING:
     from ._client_config import ClientConfig
-    from ._config import Limits, ParallelDownloads, RetryPolicy, Timeout
-    from ._events import RequestEvent, ResponseEvent, RetryEvent
+    from ._core.events import RequestEvent, ResponseEvent, RetryEvent
+    from ._core.options import Limits, ParallelDownloads, RetryPolicy, Timeout
+    from ._transfer.partial import PartialDownload, find_partial
     from .client import Client
     from .errors import (
         APIConnectionError,
@@ -271,7 +272,6 @@ if TYPE_CHECKING:
         V1Template,
     )
     from .resources._common import AsyncStream
-    from .resources._partial import PartialDownload, find_partial
     from .resources.sandbox import Sandbox
     from .resources.v1_infra import ssh_env
 else:  # hidden from type checkers, which would otherwise accept any name as sandboxkit.X

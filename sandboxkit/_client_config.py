@@ -18,7 +18,8 @@ from typing import Any
 
 import attrs
 
-from ._config import (
+from ._core.events import RequestEvent, ResponseEvent, RetryEvent
+from ._core.options import (
     API_KEY_ENV,
     BASE_URL_ENV,
     DATA_PLANE_SCHEME_ENV,
@@ -29,9 +30,8 @@ from ._config import (
     check_key_function,
     resolve_data_plane_scheme,
 )
-from ._events import RequestEvent, ResponseEvent, RetryEvent
-from ._proxies import parse_proxy, redacted
-from ._telemetry import check_hook
+from ._core.proxy_rules import parse_proxy, redacted
+from ._http.telemetry import check_hook
 from .errors import ValidationError
 
 __all__ = ["ClientConfig", "SSLFactory", "SSLOption"]

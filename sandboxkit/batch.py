@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import anyio
 import attrs
 
-from ._validation import check_remote_path
+from ._core.validation import check_remote_path
+from ._transfer.partial import clear_leftovers
 from .errors import ValidationError
 from .models import DownloadResult, FileEntry
-from .resources._partial import clear_leftovers
 from .resources.sandbox import address_from_response
 
 if TYPE_CHECKING:

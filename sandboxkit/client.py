@@ -14,12 +14,11 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import aiohttp
 
-from . import _protocol as proto
-from ._answers import unwrap_v2
-from ._calls import Calls
-from ._cancel import raise_held, wait_through_cancels
 from ._client_config import ClientConfig
-from ._config import (
+from ._core import protocol as proto
+from ._core.answers import unwrap_v2
+from ._core.events import RequestEvent, ResponseEvent, RetryEvent
+from ._core.options import (
     CallOptions,
     Limits,
     ParallelDownloads,
@@ -29,10 +28,11 @@ from ._config import (
     resolve_base_url,
     resolve_data_plane_scheme,
 )
-from ._events import RequestEvent, ResponseEvent, RetryEvent
-from ._proxies import routes
-from ._telemetry import Telemetry
-from ._transport import Transport
+from ._core.proxy_rules import routes
+from ._http.calls import Calls
+from ._http.cancel import raise_held, wait_through_cancels
+from ._http.telemetry import Telemetry
+from ._http.transport import Transport
 from .errors import ValidationError
 from .resources.sandbox import Sandbox, address_from_response, check_address
 from .resources.templates import Templates

@@ -43,10 +43,10 @@ from typing import Any, Protocol
 
 from . import batch
 from ._client_config import ClientConfig
+from ._transfer.partial import clear_leftovers
 from .client import Client
 from .errors import SandboxKitError, ValidationError
 from .models import DownloadResult
-from .resources._partial import clear_leftovers
 
 __all__ = ["DaskClientLike", "download_many_on_dask"]
 

@@ -37,7 +37,7 @@ import pytest
 
 if TYPE_CHECKING:
     from . import sync
-    from ._config import RetryPolicy
+    from ._core.options import RetryPolicy
     from .client import Client
     from .emulator import Emulator
     from .resources.sandbox import Sandbox
@@ -91,7 +91,7 @@ class _Settings(NamedTuple):
 
 def _settings(node: pytest.Item) -> _Settings:
     """The markers of `node` (test, then class, then module: the closest one wins)."""
-    from ._config import RetryPolicy
+    from ._core.options import RetryPolicy
     from .emulator import Emulator, Fault
 
     options: dict[str, Any] = {}
@@ -197,8 +197,8 @@ class EmulatorThread:
     """
 
     def __init__(self, **options: Any) -> None:
-        from ._sync_loop import Loop
         from .emulator import Emulator
+        from .sync._loop import Loop
 
         self._loop = Loop()
         try:

@@ -1,4 +1,4 @@
-"""The real servers of tests/test_framing_matrix.py, each in a process of its own (no tests).
+"""The real servers of tests/http/test_framing_matrix.py, each in a process of its own (no tests).
 
 The SDK reads a sandbox's file as `GET /files?path=/abs/path`. No third-party server speaks
 that, so each stands behind the smallest shim that maps the query to a file and lets the

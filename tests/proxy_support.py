@@ -1,4 +1,4 @@
-"""Helpers for tests/test_proxies.py (this module holds no tests).
+"""Helpers for tests/http/test_proxies.py (this module holds no tests).
 
 `ProxyServer` runs proxy.py (from PyPI) in a process of its own on 127.0.0.1 with the
 `tests.proxy_plugin` recorder, optionally demanding Basic credentials; `WireTap` is a TCP

@@ -2,8 +2,8 @@
 
 `GET /files/stat?path=` answering `{path, size, type}`: a model, one function over the
 sandbox's `DataPlane`, and an emulator route over the emulator's own building blocks. Test
-code only (it must not become public API); tests/test_extending.py counts its lines and runs
-it against the emulator.
+code only (not public API); tests/transfer/test_extending.py counts its lines and runs it
+against the emulator.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import attrs
 from aiohttp import web
 
 import sandboxkit
-from sandboxkit._calls import decode_reply
-from sandboxkit._config import CallOptions
+from sandboxkit._core.options import CallOptions
+from sandboxkit._http.calls import decode_reply
 from sandboxkit.emulator import Emulator
 from sandboxkit.emulator._core import ROUTES, SANDBOX
 from sandboxkit.emulator._dataplane import check_path, check_user, local_path

@@ -31,7 +31,7 @@ from .reliability_support import (
     http_answer,
     part_files,
 )
-from .test_files_protocol import body_answer
+from .transfer.test_files_protocol import body_answer
 
 LIMIT = 10  # seconds any one test may take
 DATA = payload(100_000, seed=11)

@@ -19,32 +19,26 @@ from .ports_support import ephemeral_ports, take_fixed_binds
 
 ROOT = Path(sandboxkit.__file__).parent
 
-# Higher layers may import lower ones and their own, never the reverse (DESIGN section 3).
-# A dotted name places one module of a package; the longest matching name decides.
+# Each layer is a folder (or a few top-level modules), listed bottom up: a module may import
+# its own layer and those below it, never one above (see ARCHITECTURE.md). A dotted name
+# places a folder or one module; the longest matching name decides.
 LAYERS: list[tuple[str, ...]] = [
-    ("errors", "models", "_version", "_record_decoder", "_read_models"),
-    ("_config", "_protocol", "_convert", "_operations", "_proxies"),
-    ("_answers", "_retry", "_validation", "_cursors", "_resume", "_events", "_slices", "_bounds"),
-    ("_pools", "_circuits", "_cancel", "_translate", "_localhost", "_telemetry", "_ring", "_forks"),
-    ("_links", "_connections"),
-    ("_bodies", "_forms"),
-    ("_lean",),
-    ("_host_request",),
-    ("_transport",),
-    ("_calls",),
-    ("resources._common", "resources._plane", "resources._partial", "resources._file_sink"),
-    ("resources._download", "resources._upload", "resources._reads"),
-    ("resources._inplace",),
-    ("resources._ranged",),
-    ("resources.files", "resources.templates", "resources.v1_infra", "resources.v1"),
-    ("resources.sandbox", "resources.__init__", "resources"),
+    ("errors", "models", "_version", "_read_models"),
+    ("_core",),  # pure: never awaits, imports no I/O library
+    ("_http",),  # the only aiohttp boundary
+    ("_transfer",),  # the engines over one sandbox's data plane
+    ("resources",),  # the public resources
     ("client", "_client_config"),
-    ("batch", "sync", "_sync_loop", "__init__"),
+    ("batch", "sync", "__init__"),
     ("agents",),
     ("emulator", "dask"),
     ("cli", "pytest_plugin"),
 ]
-PURE = LAYERS[0] + LAYERS[1] + LAYERS[2]
+# Pure: the models and errors, and every module of _core.
+PURE = LAYERS[0] + LAYERS[1]
+# Importers of aiohttp: the boundary, the client (its resolver type), and the programs that
+# serve or drive the wire themselves.
+AIOHTTP = {"_http", "client", "emulator", "cli", "sync", "dask"}
 
 
 def layer_of(module: str) -> int:
@@ -105,27 +99,37 @@ def test_imports_point_downward(module: str, path: Path) -> None:
         assert layer_of(target) <= own, f"{module} imports higher layer {target}"
 
 
-@pytest.mark.parametrize("name", [n for n in PURE if (ROOT / f"{n}.py").exists()])
-def test_pure_modules_never_await_nor_touch_io_libraries(name: str) -> None:
-    """The protocol core has no async code and does not import aiohttp, anyio or asyncio."""
-    tree = ast.parse((ROOT / f"{name}.py").read_text())
+def pure_modules() -> list[str]:
+    return [m for m, _ in modules() if m.split(".")[0] in PURE]
+
+
+@pytest.mark.parametrize("module", pure_modules())
+def test_pure_modules_never_await_nor_touch_io_libraries(module: str) -> None:
+    """The pure layers (models, errors, `_core/`) have no async code and import neither
+    aiohttp, anyio nor asyncio."""
+    path = ROOT.joinpath(*module.split(".")).with_suffix(".py")
+    tree = ast.parse(path.read_text())
     for node in ast.walk(tree):
-        assert not isinstance(node, ast.AsyncFunctionDef | ast.Await), f"{name} awaits"
+        assert not isinstance(node, ast.AsyncFunctionDef | ast.Await), f"{module} awaits"
         if isinstance(node, ast.Import | ast.ImportFrom):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]
             assert not any(
                 n and n.split(".")[0] in {"aiohttp", "anyio", "asyncio"} for n in names
-            ), f"{name} imports an I/O library"
+            ), f"{module} imports an I/O library"
+
+
+def test_every_core_module_is_pure() -> None:
+    """The purity test above sees every module of `_core/` (a new one is checked too)."""
+    core = sorted(p.stem for p in (ROOT / "_core").glob("*.py") if p.stem != "__init__")
+    assert len(core) >= 14
+    assert {f"_core.{name}" for name in core} <= set(pure_modules())
 
 
 def test_aiohttp_only_at_the_boundary() -> None:
-    """aiohttp is imported only by the boundary (_translate, _bodies, _forms, _lean,
-    _host_request, _transport, and _localhost: the default resolver is an aiohttp resolver),
-    client (the resolver type) and the emulator."""
-    allowed = {"_translate", "_bodies", "_forms", "_lean", "_host_request", "_transport"}
-    allowed |= {"_connections", "_localhost", "client"}
+    """aiohttp is imported only in `_http/` (the boundary), by `client` (the resolver type),
+    and by the emulator, the CLI, the sync facade and the Dask helper."""
     for module, path in modules():
-        if module.split(".")[0] in {"emulator", "cli", "sync", "dask"} or module in allowed:
+        if module.split(".")[0] in AIOHTTP:
             continue
         text = path.read_text()
         assert "import aiohttp" not in text and "from aiohttp" not in text, module
@@ -211,23 +215,22 @@ def test_modules_are_small_enough_to_read_in_one_sitting(module: str, path: Path
 ARCHITECTURE = (ROOT.parent / "ARCHITECTURE.md").read_text()
 
 
-def test_architecture_names_every_module_and_only_real_ones() -> None:
-    """ARCHITECTURE.md's layer map names every module outside the emulator and CLI packages,
-    and every `.py` file it names exists."""
+def test_architecture_names_every_layer_and_only_real_files() -> None:
+    """ARCHITECTURE.md names every folder of the package (each one a layer, or a program) and
+    every top-level module, and every `.py` file it names exists (a bare name: in some
+    folder of the package)."""
     named = set(re.findall(r"[\w/]+\.py", ARCHITECTURE))
-    for module, path in modules():
-        if module.split(".")[0] in {"emulator", "cli"} or path.name == "__main__.py":
-            continue
-        if module == "resources.__init__":
-            continue  # the package marker: it defines nothing
-        rel = path.relative_to(ROOT).as_posix()
-        short = rel.removeprefix("resources/")
-        assert rel in named or short in named or path.name in named, rel
+    folders = {p.name for p in ROOT.iterdir() if (p / "__init__.py").exists()}
+    for folder in folders:
+        assert f"{folder}/" in ARCHITECTURE, folder
+    for path in ROOT.glob("*.py"):
+        if path.name not in {"__main__.py", "__init__.py"}:
+            assert path.name in named, path.name
     for name in named:
         if name.startswith("tests/"):
             assert (ROOT.parent / name).exists(), name
             continue
-        candidates = [ROOT / name, ROOT / "resources" / name, ROOT / "agents" / name]
+        candidates = [ROOT / name, *(ROOT / folder / name for folder in folders)]
         assert any(c.exists() for c in candidates), name
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from aiohttp import web
 
-from .. import _operations as ops
+from .._core import operations as ops
 from ._core import CORE, REQUEST_ID, ROUTES, Core
 from ._routes import EMULATOR_PRODUCTS
 from ._state import PRODUCTS, Build, Template, canonical

@@ -18,7 +18,7 @@ from typing import IO, Any, TypeVar
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from .. import _operations as ops
+from .._core import operations as ops
 from ._core import FAULT, ROUTES, SANDBOX
 from ._multipart import MultipartError, MultipartStream, boundary_of
 from ._sandboxes import Sandbox

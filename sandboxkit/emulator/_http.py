@@ -14,7 +14,7 @@ import attrs
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from .. import _operations as ops
+from .._core import operations as ops
 from ._core import CORE, FAULT, REQUEST_ID, ROUTES, SANDBOX, Core, request_key
 from ._dataplane import cut_transport
 from ._faults import Fault

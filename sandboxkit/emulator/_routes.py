@@ -1,6 +1,6 @@
 """Route names: each route serving an SDK operation is named as the SDK names it.
 
-The SDK's names come from ``sandboxkit._operations`` (the one list both sides share); the
+The SDK's names come from ``sandboxkit._core.operations`` (the one list both sides share); the
 emulator's own routes, which no SDK operation calls, start with ``emulator.``. Anything
 keyed by a route name (scripted and random faults, the journal) refuses an unknown one, so
 a misspelled name fails at the call instead of scripting a fault that never fires.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
-from .._operations import OPERATIONS
+from .._core.operations import OPERATIONS
 
 __all__ = [
     "EMULATOR_PRODUCTS",

@@ -10,7 +10,7 @@ from typing import Any
 
 from aiohttp import web
 
-from .. import _operations as ops
+from .._core import operations as ops
 from ._core import CORE, ROUTES, Core
 from ._wire import UUID_RE, V1Problem, iso, json_response, v1_domain_error
 

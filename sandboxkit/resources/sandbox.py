@@ -11,15 +11,15 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from .._config import ParallelDownloads
-from .._pools import HostKey
-from .._protocol import data_plane_origin
+from .._core.options import ParallelDownloads
+from .._core.protocol import data_plane_origin
+from .._http.pools import HostKey
+from .._transfer.plane import DataPlane
 from ..errors import ValidationError
-from ._plane import DataPlane
 from .files import Files
 
 if TYPE_CHECKING:
-    from .._calls import Calls
+    from .._http.calls import Calls
 
 __all__ = ["Sandbox", "SandboxAddress", "address_from_response", "check_address"]
 

@@ -9,14 +9,14 @@ from typing import Any
 import anyio
 import attrs
 
-from .. import _operations as ops
-from .. import _protocol as proto
-from .. import _validation as check
-from .._answers import unwrap_v2
-from .._calls import Calls, decode_reply
-from .._config import CallOptions, RetryPolicy, Timeout
-from .._convert import unstructure
-from .._cursors import BuildCursor, LogCursor
+from .._core import operations as ops
+from .._core import protocol as proto
+from .._core import validation as check
+from .._core.answers import unwrap_v2
+from .._core.convert import unstructure
+from .._core.cursors import BuildCursor, LogCursor
+from .._core.options import CallOptions, RetryPolicy, Timeout
+from .._http.calls import Calls, decode_reply
 from ..errors import BuildFailedError, BuildWaitTimeoutError, NotFoundError, ResponseDecodeError
 from ..models import (
     Build,

@@ -12,13 +12,13 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, TypeVar
 
-from .. import _operations as ops
-from .. import _protocol as proto
-from .. import _validation as check
-from .._answers import Reply
-from .._calls import Calls
-from .._config import CallOptions, RetryPolicy, Timeout
-from .._convert import structure, unstructure
+from .._core import operations as ops
+from .._core import protocol as proto
+from .._core import validation as check
+from .._core.answers import Reply
+from .._core.convert import structure, unstructure
+from .._core.options import CallOptions, RetryPolicy, Timeout
+from .._http.calls import Calls
 from ..errors import ResponseDecodeError
 from ..models import (
     ApiKey,

@@ -12,12 +12,12 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TypeVar
 
-from .. import _operations as ops
-from .. import _protocol as proto
-from .. import _validation as check
-from .._calls import Calls, decode_reply
-from .._config import CallOptions, RetryPolicy, Timeout
-from .._convert import unstructure
+from .._core import operations as ops
+from .._core import protocol as proto
+from .._core import validation as check
+from .._core.convert import unstructure
+from .._core.options import CallOptions, RetryPolicy, Timeout
+from .._http.calls import Calls, decode_reply
 from ..errors import ValidationError
 from ..models import (
     ActionResult,

@@ -1,0 +1,279 @@
+"""Bounded reads, the pure part (issue 31): what a page of a file asks for and what its
+answers mean, the size cap of a whole read, how a text page is cut and decoded, and the
+checks of their arguments. No I/O, no await.
+
+A page is the bytes [offset, end) of a file (end None: to its end), read into memory by the
+download loop (`_download.fetch`) under `PageState`, the resume machine of a page:
+
+- Every GET carries `Range: bytes={first byte not held}-{end - 1}`, the first one too (a data
+  center without ranges just answers 200), and, once bytes are held, `If-Range` with their
+  version's strong validator. After a content-coded answer GETs are whole: a coded answer's
+  offsets are the coding's, so it is never resumed by Range.
+- A 206 from the first byte not held continues the page; reading stops at `end`, so a 206
+  read to its end leaves its connection at the end of an answer, to be reused.
+- A 200 is the whole file: its bytes before the first one not held are skipped, and reading
+  stops at `end` (its connection is then closed, the rest unread). A 200 whose
+  `Content-Length` is at most `offset` is the answer at once: the offset is past the end.
+- A 416 (`bytes */N`) says the first byte asked for is at or past the end of the file.
+- An answer of another version than the bytes held (other validators, another size, a 200
+  to an `If-Range`) replaces them, and a 206 that cannot be trusted starts the page over:
+  held bytes are only in memory, handed to nobody yet, so a page is never a mix of two
+  versions and never fails for a change it can recover from.
+"""
+
+from __future__ import annotations
+
+import codecs
+from typing import Any
+
+import attrs
+
+from ..errors import FileTooLargeError, ValidationError
+from . import operations as ops
+from .resume import DONE, Action, Decision, ResponseInfo, ResumeState, unsatisfiable_size
+
+__all__ = [
+    "MIN_TEXT_LENGTH",
+    "PageState",
+    "check_codec",
+    "check_length",
+    "check_max_size",
+    "check_offset",
+    "decode_page",
+    "too_large",
+]
+
+# The longest character of the encodings read_text accepts (UTF-8, UTF-16 surrogate pairs,
+# UTF-32, GB18030): a text page at least this long always holds a character or an error, so
+# paging by `next_offset` always moves on.
+MIN_TEXT_LENGTH = 4
+_UTF8 = frozenset({"utf-8", "utf-8-sig"})
+# Their byte order is in the BOM at the file's first byte: a page past it cannot know it.
+_BOM_ORDERED = frozenset({"utf-16", "utf-32"})
+# Decoded by a state that escapes or shifts run along the text: a page that starts at an
+# arbitrary byte offset cannot know it (`iso2022*` are matched by their prefix).
+_STATEFUL = frozenset({"utf-7", "hz", "idna", "punycode", "unicode-escape", "raw-unicode-escape"})
+
+
+def _whole_number(argument: str, value: Any, low: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise ValidationError(f"{argument}={value!r}: must be an integer >= {low}")
+    return value
+
+
+def check_offset(offset: Any) -> int:
+    """A byte offset: an integer >= 0 (not a bool)."""
+    return _whole_number("offset", offset, 0)
+
+
+def check_length(length: Any, low: int = 1) -> int:
+    """A page's length in bytes: an integer >= `low` (not a bool)."""
+    return _whole_number("length", length, low)
+
+
+def check_max_size(max_size: Any) -> int | None:
+    """None, or a cap in bytes: a positive integer (not a bool)."""
+    return None if max_size is None else _whole_number("max_size", max_size, 1)
+
+
+def check_codec(encoding: Any, errors: Any, offset: int) -> str:
+    """The codec's canonical name (`codecs.lookup`), once it is known to decode bytes to text
+    from any byte offset, and `errors` a registered error handler."""
+    if not isinstance(encoding, str):
+        raise ValidationError(f"encoding={encoding!r}: must be a str naming a text encoding")
+    try:
+        info = codecs.lookup(encoding)
+    except LookupError:
+        raise ValidationError(f"encoding={encoding!r}: no such encoding") from None
+    name = info.name
+    if not getattr(info, "_is_text_encoding", True):  # base64, hex, rot13: bytes to bytes
+        raise ValidationError(f"encoding={encoding!r}: not a text encoding")
+    if name in _STATEFUL or name.startswith("iso2022"):
+        raise ValidationError(
+            f"encoding={encoding!r}: a stateful encoding cannot be decoded from a byte offset"
+        )
+    if name in _BOM_ORDERED and offset > 0:
+        raise ValidationError(
+            f"encoding={encoding!r}: its byte order is in the BOM at byte 0; from offset "
+            f"{offset} name it: {name}-le or {name}-be"
+        )
+    if not isinstance(errors, str):
+        raise ValidationError(f"errors={errors!r}: must be the name of an error handler")
+    try:
+        codecs.lookup_error(errors)
+    except LookupError:
+        raise ValidationError(f"errors={errors!r}: no such error handler") from None
+    return name
+
+
+def too_large(
+    size: int | None, offset: int, limit: int, counted: int | None = None
+) -> FileTooLargeError | None:
+    """The error a read from `offset` with `max_size=limit` ends with, or None: more than
+    `limit` bytes lie past `offset` in a file of the `size` an answer showed, or the bytes
+    `counted` from `offset` (the size unknown) passed `limit`."""
+    if size is not None and size - offset > limit:
+        past = "" if offset == 0 else f" ({size - offset} from offset {offset})"
+        return FileTooLargeError(
+            f"{ops.FILES_DOWNLOAD}: the file is {size} bytes{past}, more than max_size={limit}",
+            size=size,
+            limit=limit,
+            operation=ops.FILES_DOWNLOAD,
+        )
+    if counted is not None and counted > limit:
+        return FileTooLargeError(
+            f"{ops.FILES_DOWNLOAD}: more than max_size={limit} bytes from offset {offset} (the "
+            "answer did not show the file's size; reading stopped there)",
+            size=size,
+            limit=limit,
+            operation=ops.FILES_DOWNLOAD,
+        )
+    return None
+
+
+def decode_page(
+    data: bytes, offset: int, codec: str, errors: str, eof: bool
+) -> tuple[str, int, int]:
+    """A text page of the bytes `data` read at `offset`: (text, its byte offset, next_offset).
+
+    Bytes of a character the page's end cut are left for the next page (`next_offset`
+    excludes them) unless the page reaches the end of the file (`eof`): then they are
+    decoded with `errors` as the last bytes. A page that starts inside a UTF-8 character
+    (a byte offset not from `next_offset`) begins at the next character: its text's offset
+    says where (at most 3 bytes on).
+
+    Raises:
+        ValueError: with `errors="strict"`, bytes that are not text in `codec` (the message
+            gives their offset in the file).
+    """
+    skip = 0
+    if offset > 0 and codec in _UTF8:
+        while skip < min(3, len(data)) and 0x80 <= data[skip] <= 0xBF:  # continuation bytes
+            skip += 1
+    decoder = codecs.getincrementaldecoder(codec)(errors)
+    try:
+        text = decoder.decode(data[skip:] if skip else data, final=eof)
+    except UnicodeDecodeError as exc:
+        at = offset + skip + exc.start
+        last = offset + skip + exc.end - 1
+        raise ValueError(f"bytes {at}-{last} are not {codec}: {exc.reason}") from None
+    pending = 0 if eof else len(decoder.getstate()[0])
+    return text, offset + skip, offset + len(data) - pending
+
+
+@attrs.define
+class PageState(ResumeState):
+    """Where one page read stands; see the module docstring.
+
+    `position` and `high_water` are offsets in the file, as in `ResumeState`: the page holds
+    the bytes [offset, high_water). Build one with `PageState.at`.
+
+    Attributes:
+        offset: the page's first byte.
+        end: the byte after the page's last; None: the file's end.
+        status: the latest answer's status (what a body that ends is judged by; for an
+            error message).
+    """
+
+    offset: int = 0
+    end: int | None = None
+    status: int = 0
+    _coded: bool = attrs.field(default=False, init=False)  # a coded answer came: whole GETs
+
+    @classmethod
+    def at(cls, offset: int, end: int | None) -> PageState:
+        """The page [offset, end) of a file, none of it held."""
+        return cls("file", position=offset, high_water=offset, offset=offset, end=end)
+
+    @property
+    def held(self) -> int:
+        """How many of the page's bytes are held (the first ones of the sink's)."""
+        return self.high_water - self.offset
+
+    @property
+    def eof(self) -> bool:
+        """The bytes held reach the end of the file."""
+        return self.done or (self.total is not None and self.high_water >= self.total)
+
+    def range_start(self) -> int | None:
+        return None if self._coded else self.high_water
+
+    def range_end(self) -> int | None:
+        return None if self._coded else self.end
+
+    def begin_request(self) -> int | None:
+        start = self.range_start()
+        self.position = self.high_water  # the bytes before are held, or not wanted
+        self.attempts += 1
+        self.resumes += self.high_water > self.offset
+        self._asked = start
+        self._expected_end = None
+        self._overflow = False
+        return start
+
+    def on_response(self, info: ResponseInfo) -> Decision:
+        self.status = info.status
+        if info.content_coding is not None and 200 <= info.status < 300:
+            self._coded = True
+        return super().on_response(info)
+
+    def _on_whole(self, info: ResponseInfo) -> Decision:
+        self.ranges_supported = (info.accept_ranges or "").strip().lower() == "bytes"
+        seen, size, tag = info.validators(), info.content_length, self.if_range()
+        changed = self.high_water > self.offset and (
+            self._differs(seen)
+            or (size is not None and self.total is not None and size != self.total)
+            # A server that honours If-Range answers it with 200 when the file changed.
+            or (tag is not None and (seen is None or seen.if_range() != tag))
+        )
+        truncate = self._stale or changed
+        if truncate:
+            self.high_water = self.offset
+            self.validators = seen
+        else:
+            self.validators = self.validators or seen
+        self._stale = False
+        self.position, self.total, self._expected_end = 0, size, size
+        if size is not None and size <= self.offset and not truncate:
+            self.done = True  # the offset is at or past the end: nothing to read
+            return DONE
+        return Decision(Action.STREAM, truncate=truncate)
+
+    def _on_unsatisfiable(self, info: ResponseInfo) -> Decision:
+        size = unsatisfiable_size(info.content_range)
+        size = self.total if size is None else size
+        if size is not None and (
+            size > self.position or (size < self.position and self.high_water > self.offset)
+        ):
+            return self._start_over(
+                f"416 to a request for bytes {self.position}- of a file now {size} bytes long"
+            )
+        self.total = size
+        self.done = True  # the page ends at the file's end: what is held, maybe nothing
+        return DONE
+
+    def skips_held(self) -> bool:
+        """A page's sink is memory, which never takes back bytes: those held are skipped."""
+        return True
+
+    def on_body_end(self) -> Decision:
+        if self.status != 206 or self._overflow or self.position != self._expected_end:
+            # The download's rules: a body past its declared end starts over, one short of
+            # it is resumed, and a whole answer that ended is the file's end.
+            return super().on_body_end()
+        # A 206 that ended where it said: the page goes on past it unless it reached the
+        # file's end or its own (a 206 of unknown size is no end of the file).
+        at_file_end = self.total is not None and self.position >= self.total
+        if not at_file_end and (self.end is None or self.position < self.end):
+            return Decision(Action.RETRY, reason=f"a partial answer ended at byte {self.position}")
+        self.done = at_file_end  # `done` is the file's end (`eof`); the page's alone is not
+        return DONE
+
+    def _start_over(self, why: str) -> Decision:
+        # Nothing held can be trusted to line up with what comes next: the page begins again,
+        # and the next answer's version and size are the ones held.
+        self.position = self.high_water = self.offset
+        self.total = None
+        self.validators = None
+        self._stale = True
+        return Decision(Action.RETRY, reason=f"{why}; starting the page over")

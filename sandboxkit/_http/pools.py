@@ -1,0 +1,450 @@
+"""Sandbox host pools: one session per (host, token), bounded by sockets, closed when idle.
+
+The bound is `Limits.max_sandbox_connections`, in sockets. Each pool is charged one for each
+request it ever ran at once (its connector opens a connection only when none of its own is
+idle). Pools stay, keep-alives and all, while their charges fit; past the budget a request
+closes the least recently used idle pool (all its sockets) or waits for one: a pool with a
+request in flight is never closed. A pool unused for `host_idle_seconds` is closed by a timer.
+
+Waiting requests are served in arrival order across hosts (one FIFO queue), so a busy host
+cannot starve others: once none of its sockets is in use its session is closed for an older
+request of another host (its own waiting requests go on with a fresh one).
+
+Each pool carries its host's AIMD window (`_retry.ConcurrencyWindow`): a 429 from that host
+halves it, successes grow it back, so one throttled sandbox slows only itself. The session
+type is a parameter (aiohttp's; fakes in tests): nothing here imports aiohttp.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Generic, Protocol, TypeVar
+
+import anyio
+import attrs
+
+from .._core.options import Limits
+from .._core.retry import ConcurrencyWindow
+
+__all__ = ["HostKey", "HostPool", "HostPools", "Session"]
+
+
+class Session(Protocol):
+    """What a pool needs of its session: to be closed (all its sockets with it)."""
+
+    async def close(self) -> None: ...
+
+
+S = TypeVar("S", bound=Session)
+
+
+@attrs.frozen
+class HostKey:
+    """One sandbox host as a pool knows it: its origin and the token its requests carry.
+
+    A pool per (origin, token): a handle with another token never shares a session. The
+    token never shows in a repr, so no frame or log that holds a key shows it either.
+    """
+
+    origin: str
+    token: str = attrs.field(repr=False)
+
+
+@attrs.define(eq=False)
+class HostPool(Generic[S]):
+    """One sandbox host's session, its AIMD concurrency window, and how busy it is.
+
+    `in_flight` counts leases begun (waiting ones too), `active` those holding a slot of
+    the window, and `sockets` the sockets charged to this pool: its session never has more
+    open (`HostPools` keeps their sum within the budget).
+    """
+
+    key: HostKey
+    session: S
+    window: ConcurrencyWindow
+    limiter: anyio.CapacityLimiter
+    in_flight: int = 0
+    active: int = 0
+    sockets: int = 0
+    # This host's leases waiting for room for one more socket (`HostPools` serves them).
+    waiters: dict[asyncio.Future[HostPool[Any] | None], None] = attrs.field(factory=dict)
+    last_used: float = 0.0
+    closing: bool = False
+    route: Any = None  # the transport's, made of `session` (dropped with it); never read here
+
+    @property
+    def origin(self) -> str:
+        """`scheme://host[:port]` of the sandbox."""
+        return self.key.origin
+
+    @property
+    def waiting(self) -> int:
+        """Requests of this host waiting for room for one more socket."""
+        return len(self.waiters)
+
+    def observe(self, status: int) -> None:
+        """Feed an answer's status to the window: a 429 halves it, a success grows it."""
+        if status == 429:
+            self.on_throttled()
+        elif 200 <= status < 300 and self.window.size < self.window.maximum:
+            self.on_success()  # (a window at its maximum, the usual case, has nowhere to go)
+
+    def on_throttled(self) -> None:
+        """A 429 from this host: halve its window (others are untouched)."""
+        self.limiter.total_tokens = self.window.on_throttled()
+
+    def on_success(self) -> None:
+        """A success from this host: let its window grow again."""
+        allowed = self.window.on_success()
+        if allowed != self.limiter.total_tokens:
+            self.limiter.total_tokens = allowed
+
+
+@functools.cache
+def _limiter_class() -> Callable[[int], anyio.CapacityLimiter]:
+    # anyio.CapacityLimiter() looks up the async library for each one made: ~20 us a host.
+    return type(anyio.CapacityLimiter(1))
+
+
+class HostPools(Generic[S]):
+    """Sandbox host pools in LRU order, their sockets within one budget, closed when idle.
+
+    `opened` and `evicted` count pools made and pools' sockets closed to make room (the
+    benchmarks and tests read them).
+    """
+
+    def __init__(
+        self,
+        limits: Limits,
+        make_session: Callable[[HostKey], S],
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[object]] = anyio.sleep,
+    ) -> None:
+        self._limits = limits
+        self._make_session = make_session
+        self._clock = clock
+        self._sleep = sleep
+        # Closes idle pools while any are open, even when no request comes to sweep them
+        # (a batch over deleted sandboxes kept their sockets until aiohttp's keep-alive
+        # timed out); it ends when the last pool is closed and starts again with the next.
+        self._timer: asyncio.Task[None] | None = None
+        self._pools: OrderedDict[HostKey, HostPool[S]] = OrderedDict()
+        self._charged = 0  # sockets charged to every pool not yet closed (closing ones too)
+        # Requests that found the budget spent, in arrival order across hosts: only the
+        # oldest is served, handed a socket (None: counted in its pool's `active`) or a pool
+        # no request is using, to close for one; never all woken at once (waking hundreds
+        # of waiters per release cost more than the evictions).
+        self._waiters: dict[asyncio.Future[HostPool[Any] | None], HostPool[S]] = {}
+        self._spare = 0  # sockets being freed that no request closing a pool keeps
+        self.opened = 0
+        self.evicted = 0
+
+    def __len__(self) -> int:
+        return len(self._pools)
+
+    @property
+    def sockets(self) -> int:
+        """Sockets charged to open pools: an upper bound on their open sockets."""
+        return self._charged
+
+    def get(self, key: HostKey) -> HostPool[S] | None:
+        """The live pool for this host and token, without touching the LRU order."""
+        return self._pools.get(key)
+
+    @contextlib.asynccontextmanager
+    async def lease(self, key: HostKey) -> AsyncIterator[HostPool[S]]:
+        """Hold one of the host's request slots, and room for its socket, for one request."""
+        borrower = object()
+        pool = self.lease_now(key, borrower) or await self.lease_wait(key, borrower)
+        try:
+            yield pool
+        finally:
+            if self.release(pool, borrower):
+                await self.close_released(pool)
+
+    def lease_now(self, key: HostKey, borrower: object) -> HostPool[S] | None:
+        """`lease`'s usual case without a coroutine: a free slot of the host's window and
+        a socket of its pool (or of the budget) taken at once for `borrower`; None, with
+        nothing held, when the request must wait (`lease_wait`)."""
+        pool = self._checkout(key)
+        try:
+            pool.limiter.acquire_on_behalf_of_nowait(borrower)
+        except anyio.WouldBlock:
+            pool.in_flight -= 1  # nothing noticed it: no await since `_checkout`
+            return None
+        if pool.active < pool.sockets and not self._waiters:
+            pool.active += 1  # one of its sockets is free and no request queued before it
+            return pool
+        if pool.active >= pool.sockets and self._charged < self._limits.max_sandbox_connections:
+            pool.sockets += 1
+            self._charged += 1
+            pool.active += 1
+            return pool
+        pool.limiter.release_on_behalf_of(borrower)
+        pool.in_flight -= 1
+        return None
+
+    async def lease_wait(self, key: HostKey, borrower: object) -> HostPool[S]:
+        """Take the host's slot and socket for `borrower`, waiting for either as needed."""
+        pool = self._checkout(key)
+        try:
+            try:
+                # A free slot is taken without a yield: anyio's `acquire` always passes
+                # through the loop once, a pass per request for nothing.
+                pool.limiter.acquire_on_behalf_of_nowait(borrower)
+            except anyio.WouldBlock:
+                await pool.limiter.acquire_on_behalf_of(borrower)
+            try:
+                if pool.active < pool.sockets and not self._waiters:
+                    pool.active += 1
+                else:
+                    await self._take_socket(pool)
+            except BaseException:
+                pool.limiter.release_on_behalf_of(borrower)
+                raise
+        except BaseException:
+            if self._checkin(pool):
+                await self.close_released(pool)
+            raise
+        return pool
+
+    def release(self, pool: HostPool[S], borrower: object) -> bool:
+        """End `borrower`'s lease of `pool`; True when the pool must now be closed
+        (`close_released`): it was discarded while this request ran."""
+        self._release_socket(pool)
+        pool.limiter.release_on_behalf_of(borrower)
+        return self._checkin(pool)
+
+    async def close_released(self, pool: HostPool[S]) -> None:
+        """Close a discarded pool whose last request has ended."""
+        await self._close(pool)
+
+    def _checkout(self, key: HostKey) -> HostPool[S]:
+        pool = self._pools.get(key)
+        if pool is None:
+            pool = self._open(key)
+        else:
+            self._pools.move_to_end(key)
+        pool.in_flight += 1
+        pool.last_used = self._clock()
+        return pool
+
+    async def _take_socket(self, pool: HostPool[S]) -> None:
+        """Count one more request of `pool` in `active`, charging it a socket if needed:
+        from the budget, else by closing an unused pool (`_pop_unused`), else in line."""
+        budget = self._limits.max_sandbox_connections
+        queued = self._oldest() is not None  # then what it could take is an older one's
+        while True:
+            if not queued:
+                if pool.active < pool.sockets:
+                    pool.active += 1
+                    return
+                if self._charged < budget:
+                    pool.sockets += 1
+                    self._charged += 1
+                    pool.active += 1
+                    return
+                # Sockets being freed that no waiter counts on yet will be handed to
+                # waiters in turn: a newcomer waits for one rather than close one more pool.
+                if self._spare <= len(self._waiters):
+                    victim = self._pop_unused()
+                    if victim is not None:
+                        if await self._close(victim, keep=pool):
+                            return
+                        continue  # it held no socket, or others took them: look again
+            queued = False
+            handed = await self._wait(pool)
+            if handed is None:
+                return  # a socket was handed over: counted in `active` for this request
+            if await self._close(handed, keep=pool):
+                return
+
+    async def _wait(self, pool: HostPool[S]) -> HostPool[S] | None:
+        """Wait in line to be handed a socket (None) or a pool to close for one."""
+        waiter: asyncio.Future[HostPool[Any] | None] = asyncio.get_running_loop().create_future()
+        self._waiters[waiter] = pool
+        pool.waiters[waiter] = None
+        try:
+            handed: HostPool[S] | None = await waiter
+        except BaseException:
+            self._waiters.pop(waiter, None)
+            pool.waiters.pop(waiter, None)
+            if waiter.done() and not waiter.cancelled():  # served, then cancelled: pass it on
+                victim = waiter.result()
+                if victim is None:
+                    self._release_socket(pool)
+                elif not self._hand(victim):
+                    await self._close(victim)  # no one waits for it: its sockets are freed
+            else:
+                self._grant()  # it may have held up those behind it
+            raise
+        return handed
+
+    def _oldest(self) -> asyncio.Future[HostPool[Any] | None] | None:
+        """The oldest waiter still waiting (cancelled ones on their way out are dropped)."""
+        waiters = self._waiters
+        while waiters:
+            waiter = next(iter(waiters))
+            if not waiter.done():
+                return waiter
+            waiters.pop(waiter).waiters.pop(waiter, None)
+        return None
+
+    def _hand(self, victim: HostPool[S]) -> bool:
+        """Hand a pool taken out of use to the oldest waiter, to close for its socket."""
+        waiter = self._oldest()
+        if waiter is None:
+            return False
+        self._waiters.pop(waiter).waiters.pop(waiter, None)
+        waiter.set_result(victim)
+        return True
+
+    def _release_socket(self, pool: HostPool[S]) -> None:
+        """A request of `pool` is done with its socket: the oldest waiter's if of `pool`."""
+        pool.active -= 1
+        if self._waiters:
+            self._grant()
+
+    def _grant(self) -> None:
+        """Serve waiters in arrival order while the oldest has a socket at once (an idle one
+        of its pool's, or the budget's); one that has not holds up those behind it."""
+        budget = self._limits.max_sandbox_connections
+        waiters = self._waiters
+        while waiters:
+            waiter, pool = next(iter(waiters.items()))
+            if not waiter.done():
+                if pool.active >= pool.sockets:
+                    if self._charged >= budget:
+                        return
+                    pool.sockets += 1
+                    self._charged += 1
+                pool.active += 1
+                waiter.set_result(None)
+            del waiters[waiter]
+            pool.waiters.pop(waiter, None)
+
+    def _checkin(self, pool: HostPool[S]) -> bool:
+        """One request of `pool` ended; True when the pool is to be closed now."""
+        pool.in_flight -= 1
+        pool.last_used = self._clock()
+        if pool.closing:
+            return pool.in_flight == 0
+        if self._waiters and not pool.active and pool.sockets and self._oldest() is not None:
+            # None of its sockets is in use, and the oldest waiter (another host's, or it
+            # would have taken one) needs one: this pool's are closed for it.
+            self._hand(self._take_out_of_use(pool))
+        return False
+
+    def _take_out_of_use(self, pool: HostPool[S]) -> HostPool[S]:
+        """A pool with no socket in use, to close (`_close`): an idle one leaves the LRU; one
+        with requests in line goes on with a new session, the old one and its sockets here."""
+        if pool.sockets:
+            self.evicted += 1
+        if pool.in_flight == 0:
+            del self._pools[pool.key]
+            return pool
+        old = attrs.evolve(pool, in_flight=0, active=0, waiters={}, closing=True)
+        pool.session = self._make_session(pool.key)
+        pool.route = None  # made of the old session: its connector is about to be closed
+        pool.sockets = 0
+        return old
+
+    async def _close(self, pool: HostPool[S], keep: HostPool[S] | None = None) -> bool:
+        """Close a pool taken out of the LRU; its sockets are free once its session is shut.
+
+        With `keep`, one of them is charged to that pool (for the request that closed this
+        one; True if it was); the rest go to waiters.
+        """
+        pool.closing = True
+        freed, pool.sockets = pool.sockets, 0
+        kept = 1 if keep is not None and freed else 0
+        self._spare += freed - kept
+        closed = False
+        try:
+            await pool.session.close()
+            closed = True
+        finally:
+            self._spare -= freed - kept
+            self._charged -= freed
+            if closed and keep is not None and kept:
+                keep.sockets += 1
+                keep.active += 1
+                self._charged += 1
+            self._grant()
+            # A pool that went unused while no one waited was offered to no one.
+            if not self._spare and self._oldest() is not None and (victim := self._pop_unused()):
+                self._hand(victim)
+        return closed and bool(kept)
+
+    def _open(self, key: HostKey) -> HostPool[S]:
+        per_host = self._limits.per_host_connections
+        pool = HostPool(
+            key=key,
+            session=self._make_session(key),
+            window=ConcurrencyWindow(maximum=per_host),
+            limiter=_limiter_class()(per_host),
+            last_used=self._clock(),
+        )
+        self._pools[key] = pool
+        self.opened += 1
+        if self._timer is None or self._timer.done():
+            self._timer = asyncio.get_running_loop().create_task(self._close_idle_in_time())
+        return pool
+
+    async def _close_idle_in_time(self) -> None:
+        # Checking every pool on every checkout made each request O(hosts): a third of the
+        # client CPU with 1,000 hosts (benchmarks/run.py --case hosts). Idle pools need
+        # closing only to within a tenth of host_idle_seconds (at most a second) late.
+        period = min(1.0, self._limits.host_idle_seconds / 10)
+        while self._pools:
+            await self._sleep(period)
+            await self.close_idle()
+
+    def _pop_unused(self) -> HostPool[S] | None:
+        """The least recently used idle pool, else one with no socket in use, or None."""
+        unused = None
+        for pool in self._pools.values():
+            if pool.in_flight == 0:
+                unused = pool
+                break
+            if unused is None and pool.active == 0 and pool.sockets:
+                unused = pool
+        return None if unused is None else self._take_out_of_use(unused)
+
+    async def close_idle(self) -> int:
+        """Close pools unused for `host_idle_seconds`; returns how many were closed."""
+        cutoff = self._clock() - self._limits.host_idle_seconds
+        idle = [p for p in self._pools.values() if p.in_flight == 0 and p.last_used <= cutoff]
+        closed = 0
+        for pool in idle:
+            # Between our awaits another task may have used or replaced this pool: re-check.
+            if self._pools.get(pool.key) is pool and pool.in_flight == 0:
+                del self._pools[pool.key]
+                await self._close(pool)
+                closed += 1
+        return closed
+
+    async def discard(self, key: HostKey) -> None:
+        """Drop one host's pool: now if idle, else once its last request ends."""
+        pool = self._pools.pop(key, None)
+        if pool is None:
+            return
+        pool.closing = True
+        if pool.in_flight == 0:
+            await self._close(pool)
+
+    async def aclose(self) -> None:
+        """Close every pool."""
+        timer, self._timer = self._timer, None
+        if timer is not None and not timer.done():
+            timer.cancel()
+            await asyncio.wait([timer])  # its cancellation is not ours to raise
+        pools = list(self._pools.values())
+        self._pools.clear()
+        for pool in pools:
+            await self._close(pool)

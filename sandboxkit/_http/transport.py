@@ -1,0 +1,364 @@
+"""The sessions: where requests meet aiohttp (with `_bodies` and `_translate`, the boundary).
+
+`Transport` owns one `ClientSession` for the console (v1 and v2) and the per-sandbox-host
+sessions in `HostPools`. `send` carries a control-plane request and deciphers its answer;
+`open` sends a data-plane request on its host's pool and hands back the unread answer. Every
+aiohttp exception is translated (`_translate`); nothing above sees an aiohttp object.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import ssl as ssl_module
+import time
+import warnings
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from types import AsyncGeneratorType
+from typing import Any, cast
+
+import aiohttp
+
+from .._core.answers import Reply, decipher
+from .._core.events import origin_of
+from .._core.options import Bearer, Limits, Timeout
+from .._core.protocol import (
+    ACCEPT_ENCODING,
+    AUTHORIZATION,
+    REQUEST_ID,
+    ApiRequest,
+    query_string,
+)
+from .._core.proxy_rules import ProxyRoutes
+from .._core.retry import is_outage
+from .._version import __version__
+from ..errors import ClientStateError, ResponseDecodeError
+from .bodies import Answer, StreamingResponse, read_capped
+from .circuits import Circuits
+from .connections import LazyReadTimer
+from .forks import restart_in_child
+from .host_request import HostRequest, client_timeout
+from .pools import HostKey, HostPools
+from .resolver import LocalhostResolver
+from .telemetry import Exchange, watching
+from .translate import translate
+
+__all__ = ["CONTROL_BODY_LIMIT", "Transport"]
+
+USER_AGENT = f"sandboxkit/{__version__} aiohttp/{aiohttp.__version__}"
+SSLOption = ssl_module.SSLContext | bool
+# A control-plane answer is JSON of a few KiB; past this size it is not one the interface
+# shows, and reading on would let a broken or hostile server fill memory (or never stop).
+CONTROL_BODY_LIMIT = 32 << 20
+
+
+def _uncounted_resends_off(session: aiohttp.ClientSession) -> aiohttp.ClientSession:
+    """Stop aiohttp from re-sending an idempotent request on its own.
+
+    When a pooled keep-alive connection dies before the answer's head, aiohttp (>= 3.11)
+    sends the request once more by itself: a request missing from `attempts`, the retry log
+    and the retry budget. With this off, that failure reaches the one retry loop like any
+    other and is counted there. aiohttp offers no public switch; the attribute is in its
+    declared set, and tests/http/test_transport_failures.py fails if it stops having this effect.
+    """
+    session._retry_connection = False
+    return session
+
+
+class Transport:
+    """Sessions, created lazily inside the running loop and bound to it."""
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        limits: Limits,
+        ssl: SSLOption,
+        resolver: aiohttp.abc.AbstractResolver | None,
+        proxies: ProxyRoutes | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        created_at: tuple[str, int],
+    ) -> None:
+        self.base_url = base_url
+        self.created_at = created_at  # the file and line of the code that made the client
+        self.limits = limits
+        self._ssl = ssl
+        self.proxies = proxies if proxies is not None else ProxyRoutes()
+        self.tunnel_headers = self.proxies.tunnel_headers()
+        self._callers_resolver = resolver
+        self._clock = clock
+        self._closed = False
+        self._start_afresh()
+        restart_in_child(self, Transport._start_afresh)
+
+    def _start_afresh(self) -> None:
+        """What is bound to one loop: made again in a child after `os.fork()` (`_forks`)."""
+        # Without a resolver of the caller's, `*.localhost` is loopback (a standalone
+        # emulator's sandbox hosts) and every other name resolves as aiohttp's default does.
+        self._own_resolver = LocalhostResolver() if self._callers_resolver is None else None
+        self._resolver = self._callers_resolver or self._own_resolver
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._forgotten: AsyncGeneratorType[None, None] | None = None
+        self._control: aiohttp.ClientSession | None = None
+        self.hosts: HostPools[aiohttp.ClientSession] = HostPools(
+            self.limits, self._make_host_session, self._clock
+        )
+        # What each request met, by host: `Calls` waits on a host whose circuit is open.
+        self.circuits = Circuits(self._clock, console=self.base_url)
+        # Answers whose body is being read; `aclose()` ends them first (see there).
+        self.reading: set[Answer] = set()
+
+    @property
+    def closed(self) -> bool:
+        """Whether `aclose()` has run."""
+        return self._closed
+
+    def check_loop(self) -> None:
+        """Bind to the running loop on first use; refuse any other loop afterwards.
+
+        `Calls.run` asks once per operation; sessions are only ever made inside one.
+        """
+        self.check_open()
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+            self._forgotten = _closed_by_the_loop_if_forgotten(self)
+        elif self._loop is not loop:
+            raise ClientStateError(
+                "this sandboxkit.Client was first used on another event loop; create one "
+                "Client per event loop (or use sandboxkit.sync.Client from threads)"
+            )
+
+    def _connector(self, limit: int) -> aiohttp.TCPConnector:
+        connector = aiohttp.TCPConnector(
+            limit=limit,
+            limit_per_host=limit,
+            ssl=self._ssl,
+            resolver=self._resolver,
+            enable_cleanup_closed=False,
+        )
+        factory = functools.partial(LazyReadTimer, loop=asyncio.get_running_loop())
+        connector._factory = factory  # type: ignore[assignment]  # a subclass: same protocol
+        return connector
+
+    def check_open(self) -> None:
+        if self._closed:
+            raise ClientStateError("this sandboxkit.Client is closed; create a new one")
+
+    def _control_session(self) -> aiohttp.ClientSession:
+        if self._control is None:
+            self._control = _uncounted_resends_off(
+                aiohttp.ClientSession(
+                    connector=self._connector(self.limits.control_plane_connections),
+                    # Responses are JSON we decode ourselves; nothing is ever auto-redirected.
+                    auto_decompress=True,
+                    trust_env=False,
+                    **self.proxies.session_options(self.base_url, {"User-Agent": USER_AGENT}),
+                )
+            )
+        return self._control
+
+    def _make_host_session(self, host: HostKey) -> aiohttp.ClientSession:
+        # `identity`: the body is the file's raw bytes, and Range offsets count them (an
+        # answer coded anyway is decoded by StreamingResponse, never written as the file).
+        # No token here: aiohttp sends a session's headers in its CONNECT to a proxy too, in
+        # clear; `open` adds it to each request (on this host's session only).
+        headers = {"User-Agent": USER_AGENT, ACCEPT_ENCODING: "identity"}
+        session = aiohttp.ClientSession(
+            base_url=host.origin,
+            connector=self._connector(self.limits.per_host_connections),
+            auto_decompress=False,
+            trust_env=False,
+            **self.proxies.session_options(host.origin, headers),
+        )
+        return _uncounted_resends_off(session)
+
+    async def send(self, request: ApiRequest, timeout: Timeout, bearer: Bearer | None) -> Reply:
+        """Send one control-plane request (with `bearer`), read its answer, and decipher it.
+
+        Raises:
+            APIError: the status's subclass; ResponseDecodeError: a 2xx that is not JSON
+                or too large; TransportError: no usable answer.
+        """
+        # Calls.run checked the loop for this operation already; a retry may find the client
+        # closed since (its pooled connection was closed under it).
+        self.check_open()
+        session = self._control or self._control_session()
+        # The query is written here rather than passed as `params=`: yarl's merging of params
+        # into a URL cost more than the rest of this method together (measured: ~30k
+        # instructions a call of ~800k).
+        url = self.base_url + request.path
+        if request.params:
+            url += "?" + query_string(request.params)
+        watch = watching.get()  # None unless a span, a hook or a DEBUG line wants this request
+        exchange = (
+            None if watch is None else Exchange(watch, request.method, origin_of(self.base_url))
+        )
+        unreported = True  # to the console's circuit
+        try:
+            async with session.request(
+                request.method,
+                url,
+                json=request.json,
+                # Built inline, the key held by a Bearer that hides it: tracebacks with
+                # locals (Sentry) must not find the API key in this frame.
+                headers=self._headers(request, exchange, bearer),
+                proxy_headers=self.tunnel_headers,
+                timeout=client_timeout(timeout),
+                allow_redirects=False,
+            ) as response:
+                unreported = bool(self.circuits.headed(self.base_url, response.status))
+                if exchange is not None:
+                    exchange.answered(response.status, response.headers)
+                self.refuse_if_closed(response)
+                self.reading.add(response)
+                try:
+                    length = response.content_length
+                    if length is not None and length <= CONTROL_BODY_LIMIT:
+                        # The usual answer: its size is declared and small, one read takes it.
+                        body, whole = await response.read(), True
+                    else:
+                        body, whole = await read_capped(response.content, CONTROL_BODY_LIMIT)
+                finally:
+                    self.reading.discard(response)
+                if unreported:  # only now: a head whose body then dies is a host going away
+                    self.circuits.answered(self.base_url, response.status)
+                    unreported = False
+                if not whole and 200 <= response.status < 300:
+                    raise ResponseDecodeError(
+                        f"{request.operation}: the {response.status} answer is larger than "
+                        f"{CONTROL_BODY_LIMIT} bytes",
+                        status=response.status,
+                        request_id=response.headers.get(REQUEST_ID),
+                    )
+                # An error body past the limit is cut: its status still gives its class.
+                reply = decipher(
+                    response.status,
+                    response.headers,
+                    body,
+                    request.surface,
+                    operation=request.operation,
+                    now=time.time(),
+                )
+        except Exception as exc:  # _translate.mapped, inlined: one coroutine less on every call
+            error = translate(exc, request.operation)
+            if error is None:
+                if exchange is not None:
+                    exchange.end(exc)
+                raise
+        except BaseException as exc:  # a cancellation: the request's span ends all the same
+            if exchange is not None:
+                exchange.end(exc)
+            raise
+        else:
+            if exchange is not None:
+                exchange.end(None)
+            return reply
+        if unreported and is_outage(error):  # no answer, or a head and no body: going away
+            self.circuits.failed(self.base_url, str(error))
+        if exchange is not None:
+            exchange.end(error)
+        raise error  # outside the except block: see _translate.mapped
+
+    def _headers(
+        self, request: ApiRequest, exchange: Exchange | None, bearer: Bearer | None
+    ) -> dict[str, str]:
+        headers = dict(request.headers)
+        if exchange is not None:  # before the key is added: only the request's own are shown
+            headers = exchange.sending(headers) or headers
+        if bearer is not None:
+            headers[AUTHORIZATION] = bearer.header
+        return headers
+
+    def open(
+        self,
+        host: HostKey,
+        method: str,
+        path: str,
+        *,
+        operation: str,
+        timeout: Timeout,
+        params: Sequence[tuple[str, str]] | str = (),
+        headers: Mapping[str, str] | None = None,
+        data: Any = None,
+    ) -> AbstractAsyncContextManager[StreamingResponse]:
+        """Send one data-plane request on the host's own pool; the body stays unread.
+
+        The request holds one of the host's slots while it lasts, and the answer's status
+        moves the host's window (a 429 halves it, a success grows it): callers never touch
+        the pool. Only aiohttp's own calls are inside the error mapping: what the caller does
+        with the body (a disk write that fails, say) keeps its own exception. `params` may be
+        a query string already written (`query_string`), which a download's retries reuse.
+        """
+        query = params if isinstance(params, str) else query_string(params)
+        target = f"{path}?{query}" if query else path  # written here, as in send()
+        return HostRequest(self, host, method, target, operation, timeout, headers, data)
+
+    def refuse_if_closed(self, response: Answer) -> None:
+        # `aclose()` ran while this answer's head arrived: its body can never be read.
+        if self._closed:
+            response.close()
+            raise ClientStateError("this sandboxkit.Client was closed during the request")
+
+    async def aclose(self) -> None:
+        """Close every session; the transport is unusable afterwards."""
+        if self._closed:
+            return
+        self._closed = True
+        forgotten, self._forgotten = self._forgotten, None
+        if forgotten is not None and not forgotten.ag_running:  # else it is what closes us
+            await forgotten.aclose()  # told: it now has nothing to close, nor to say
+        # Closing a session detaches each connection from the body being read on it, so a
+        # read waiting for more bytes would wait forever: end those bodies first (their
+        # readers then raise, and the retry loop finds the client closed).
+        for response in list(self.reading):
+            response.close()
+        await self.hosts.aclose()
+        if self._control is not None:
+            await self._control.close()
+            self._control = None
+        if self._own_resolver is not None:  # a caller's resolver is the caller's to close
+            await self._own_resolver.close()
+
+
+def _closed_by_the_loop_if_forgotten(transport: Transport) -> AsyncGeneratorType[None, None]:
+    """A started async generator that closes `transport`, with a warning, if nothing else does.
+
+    The running loop keeps track of every async generator started in it, and closes each in
+    a task: at its end (`asyncio.run`'s `shutdown_asyncgens`, which uvloop has too), or when
+    it is garbage collected, whichever comes first. Either way the loop still runs, so the
+    sessions close as `aclose()` closes them: one warning of ours, naming where the client
+    was made, instead of aiohttp's (an unclosed connector, its transports and sockets, with
+    their tracebacks) from finalizers that run after the loop is gone.
+
+    Collected while the loop runs, the transport and its sessions go in the same collection
+    (each holds the other), and aiohttp's finalizers may warn first.
+    """
+
+    async def closes() -> AsyncGenerator[None, None]:
+        try:
+            yield
+        finally:
+            if not transport.closed:
+                try:
+                    await transport.aclose()
+                finally:  # closed first: under `-W error` the warning raises
+                    filename, line = transport.created_at
+                    warnings.warn_explicit(
+                        "sandboxkit.Client was never closed; use `async with` or "
+                        "`await client.aclose()`",
+                        ResourceWarning,
+                        filename,  # shown as the line that made the client
+                        line,
+                    )
+
+    forgotten = cast("AsyncGeneratorType[None, None]", closes())  # what `closes()` makes
+    # Started at once, to its `yield`, which awaits nothing: `asend` is what tells the
+    # running loop of a new async generator (its first-iteration hook).
+    step = forgotten.asend(None)
+    try:
+        step.send(None)
+    except StopIteration:
+        return forgotten
+    raise AssertionError("an async generator that awaits before its first yield")  # never
