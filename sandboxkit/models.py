@@ -22,8 +22,6 @@ from typing import Any, Generic, TypeVar
 
 import attrs
 
-from ._read_models import FileRange, TextPage
-
 __all__ = [
     "ActionResult",
     "ApiKey",
@@ -258,6 +256,57 @@ class DownloadResult:
     attempts: int
     resumes: int
     elapsed: float = attrs.field(repr=lambda seconds: f"{seconds:.3f}")  # seconds, shown rounded
+
+
+# The records of bounded reads (`files.read_range`, `files.read_text`). Offsets are byte
+# offsets in the remote file: a reader pages by passing `next_offset` as the next call's
+# `offset` until `eof`, so no byte is read twice and none is skipped, and a text page never
+# ends inside a character.
+
+
+@attrs.frozen
+class FileRange:
+    """Part of a remote file: `data` starts at byte `offset`.
+
+    Attributes:
+        data: the bytes read; shorter than asked only at the end of the file (empty when
+            `offset` is at or past it).
+        offset: the byte offset of `data[0]` in the file, as asked.
+        size: the file's size in bytes where an answer showed it (a 206's `Content-Range`
+            total, a 416's `bytes */N`, a 200's `Content-Length`), else None.
+        eof: `data` reaches the end of the file.
+    """
+
+    data: bytes = attrs.field(repr=lambda data: f"<{len(data)} bytes>")
+    offset: int
+    size: int | None
+    eof: bool
+
+    @property
+    def next_offset(self) -> int:
+        """Where the next range starts: `offset + len(data)`."""
+        return self.offset + len(self.data)
+
+
+@attrs.frozen
+class TextPage:
+    """Whole characters of a remote file, decoded.
+
+    Attributes:
+        text: the characters of the page.
+        offset: the byte offset where `text` starts (past the asked offset when that fell
+            inside a UTF-8 character: see `files.read_text`).
+        next_offset: the byte offset just past the last whole character in `text`: where
+            the next page starts (the bytes of a character the page's end cut are its).
+        size: the file's size in bytes where an answer showed it, else None.
+        eof: `next_offset` is the end of the file.
+    """
+
+    text: str
+    offset: int
+    next_offset: int
+    size: int | None
+    eof: bool
 
 
 # --- v1 -------------------------------------------------------------------------------------

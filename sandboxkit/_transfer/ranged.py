@@ -35,7 +35,7 @@ import logging
 from collections import deque
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import anyio
 import attrs
@@ -58,13 +58,10 @@ from .plane import DataPlane, Progress
 
 __all__ = ["check_parts", "download_to_file"]
 
-T = TypeVar("T")
 logger = logging.getLogger("sandboxkit")
 
 PIECES_PER_PART = 4  # pieces per connection: the slowest holds the end back by one piece
 MIN_PIECE = 8 << 20  # below this a piece's extra request costs more than it brings
-RECORD_EVERY = 16 << 20  # bytes written between two sidecar updates (and at each piece's end)
-_IOV_MAX = 512  # pieces per pwritev (the system's IOV_MAX is 1024 on Linux)
 
 
 def check_parts(parts: Any) -> int:

@@ -27,8 +27,8 @@ from .._core.convert import structure
 from .._core.options import CallOptions, Timeout
 from .._core.protocol import FILES_PATH, is_idempotent
 from .._core.retry import is_retryable
+from .._http.bodies import multipart_file
 from .._http.cancel import raise_held, wait_through_cancels
-from .._http.forms import multipart_file
 from ..errors import (
     APIError,
     ResponseDecodeError,

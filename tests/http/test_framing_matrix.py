@@ -82,7 +82,7 @@ import anyio
 import pytest
 
 import sandboxkit
-from sandboxkit._http import host_request as _host_request
+from sandboxkit._http import transport as _transport
 from sandboxkit._http.bodies import StreamingResponse
 from sandboxkit._http.plain_get import Route
 
@@ -389,7 +389,7 @@ async def test_framing_matrix(
     The file's bytes, exactly; each answer read of the framing the cell names; every GET
     on the cell's path; no connection left open."""
     if get_path == "aiohttp":
-        monkeypatch.setattr(_host_request, "route", lambda *args: None)
+        monkeypatch.setattr(_transport, "route", lambda *args: None)
     name = "big.bin" if read == "download-sliced" else "small.bin"
     port = matrix_ports[name]
     async with hostile_client(f"http://127.0.0.1:{port}", parallel_downloads=PARALLEL) as client:

@@ -31,7 +31,7 @@ import pytest
 
 import sandboxkit
 from sandboxkit._core.resume import ResumeState
-from sandboxkit._http import host_request as _host_request
+from sandboxkit._http import transport as _transport
 from sandboxkit._http.plain_get import Route, route
 
 from ..conftest import hostile_client
@@ -132,7 +132,7 @@ async def test_the_lean_head_carries_what_aiohttps_would(
     async with hostile_client(f"http://127.0.0.1:{server.port}") as client:
         with anyio.fail_after(LIMIT):
             await files(client, server.port).read_bytes("/x.bin")
-    monkeypatch.setattr(_host_request, "route", lambda *args: None)  # aiohttp's path only
+    monkeypatch.setattr(_transport, "route", lambda *args: None)  # aiohttp's path only
     async with hostile_client(f"http://127.0.0.1:{server.port}") as client:
         with anyio.fail_after(LIMIT):
             await files(client, server.port).read_bytes("/x.bin")
@@ -394,7 +394,7 @@ async def test_a_body_that_ends_at_the_close_is_read_whole(
     HTTP/1.0 proxies, CGI gateways, simple servers). Every read gets every byte: the plain
     GET's parser once read such a body as empty, and gave an empty file without an error."""
     if path != "lean":
-        monkeypatch.setattr(_host_request, "route", lambda *args: None)
+        monkeypatch.setattr(_transport, "route", lambda *args: None)
     server.always(CLOSE_DELIMITED[framing] + BIG, close=True)
     async with hostile_client(f"http://127.0.0.1:{server.port}") as client:
         remote = files(client, server.port)
