@@ -31,7 +31,7 @@ except ImportError:  # httpx is only in the `bench` extra: its contenders are sk
 KEY = "sbx-bench"
 BIG = "/home/user/big.bin"
 UPLOADED = "/home/user/uploaded.bin"
-# Disk writes leave the event loop in batches of about this size (DESIGN section 6).
+# Disk writes leave the event loop in batches of about this size (docs/design.md section 6).
 WRITE_BATCH = MiB
 CEILING_SHA = "ceiling: socket recv_into 4 MiB ring, hash + write threads, sha256"
 CEILING = "ceiling: socket recv_into 4 MiB ring, write thread"
@@ -250,8 +250,8 @@ async def run_download(size: int, rounds: int, work: Path) -> CaseResult:
             ]
             notes: list[str] = [
                 "raw aiohttp: one session, iter_chunked(N), ~1 MiB batches written (and hashed) "
-                "with loop.run_in_executor (DESIGN 6); each sandboxkit row is compared with the "
-                "faster raw variant doing the same work (by median throughput)",
+                "with loop.run_in_executor (docs/design.md section 6); each sandboxkit row is "
+                "compared with the faster raw variant doing the same work (by median throughput)",
                 "ceiling (benchmarks/_ceiling.py): a blocking socket, a hand-written GET, "
                 "recv_into a ring of 4 MiB buffers, each handed to a hash thread and a write "
                 "thread at once; the 'vs ceiling' rows are sandboxkit's paired ratios to it",

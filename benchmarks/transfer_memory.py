@@ -1,4 +1,5 @@
-"""Peak RSS growth of the client while uploading and downloading a large file (DESIGN 6).
+"""Peak RSS growth of the client while uploading and downloading a large file
+(docs/design.md section 6).
 
 The emulator runs in a child process, so only the client's memory is measured. Each phase
 samples this process's resident set every few milliseconds from a thread and reports the

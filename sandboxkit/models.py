@@ -5,10 +5,10 @@ gives a frozen dict class a plain `__init__` of dictionary stores, where a froze
 class pays an `object.__setattr__` call per field: measured, a Build is built in 56% of the
 instructions (a page of 5 Builds decodes in ~20% fewer), for ~110 more bytes per instance.
 
-Forward compatible (DESIGN section 8): enumerations whose full set the interface does not show
-are plain `str` with the known values as constants, or (Build statuses) a `StrEnum` of the
-known values typed `BuildStatus | str`, an unknown value kept as its string; Build fields
-other than `id` are optional, and unknown fields are ignored by the converter in
+Forward compatible (docs/design.md section 8): enumerations whose full set the interface
+does not show are plain `str` with the known values as constants, or (Build statuses) a
+`StrEnum` of the known values typed `BuildStatus | str`, an unknown value kept as its string;
+Build fields other than `id` are optional, and unknown fields are ignored by the converter in
 `_convert.py`, the only place that knows wire names and maps values to enum members.
 """
 

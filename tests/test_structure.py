@@ -225,6 +225,74 @@ def test_architecture_names_every_layer_and_only_real_files() -> None:
         assert any(c.exists() for c in candidates), name
 
 
+DESIGN_DOC = ROOT.parent / "docs" / "design.md"
+# A citation of the design rules: "docs/design.md section 6", "... sections 5 and 7",
+# "... section 6, item 9", wrapped across comment or docstring lines or not.
+_GAP = r"(?:\s|#)+"
+CITATION = re.compile(
+    rf"docs/design\.md{_GAP}sections?{_GAP}(\d+(?:(?:,{_GAP}|{_GAP}and{_GAP})\d+)*)"
+    rf"(?:,{_GAP}item{_GAP}(\d+))?"
+)
+# The documents the code used to cite, which a reader of the repository cannot open (the
+# brackets keep this line from matching itself).
+GONE = re.compile(r"\b(?:[D]ESIGN|[S]TYLE)(?:\.md)?\b|\.\./[s]hared\b")
+
+
+def citing_files() -> list[Path]:
+    """Every file that may cite the design rules: code, tests, benchmarks, examples, and the
+    Markdown at the project's root."""
+    top = ROOT.parent
+    files = [*top.glob("*.md"), top / "noxfile.py"]
+    for folder in (ROOT, top / "tests", top / "benchmarks", top / "examples"):
+        files += [p for p in folder.rglob("*") if p.suffix in {".py", ".md"}]
+    return sorted(files)
+
+
+def design_sections() -> dict[int, set[int]]:
+    """docs/design.md's numbered sections (`## 5. Retries`), each with its numbered items."""
+    assert DESIGN_DOC.is_file(), "docs/design.md, the rules the code cites, is missing"
+    sections: dict[int, set[int]] = {}
+    current: set[int] | None = None
+    for line in DESIGN_DOC.read_text().splitlines():
+        if line.startswith("## "):
+            heading = re.match(r"## (\d+)\. \S", line)
+            current = None
+            if heading:
+                number = int(heading[1])
+                assert number not in sections, f"docs/design.md has two sections {number}"
+                current = sections[number] = set()
+        elif current is not None and (item := re.match(r"(\d+)\. \S", line)):
+            current.add(int(item[1]))
+    return sections
+
+
+def place(path: Path, text: str, match: re.Match[str]) -> str:
+    """Where a match sits, for a failure message: file, line and the text matched."""
+    line = text.count("\n", 0, match.start()) + 1
+    return f"{path.relative_to(ROOT.parent).as_posix()}:{line}: {match[0]!r}"
+
+
+def test_every_design_citation_names_a_section_of_docs_design_md() -> None:
+    """Each "docs/design.md section N" (and "item M") cited in the code, tests, benchmarks,
+    examples or root Markdown names a section (and item) docs/design.md has, and nothing
+    cites the design or style documents that live outside the repository."""
+    sections = design_sections()
+    assert sections, "docs/design.md has no numbered section"
+    wrong, gone, cited = [], [], 0
+    for path in citing_files():
+        text = path.read_text()
+        gone += [place(path, text, match) for match in GONE.finditer(text)]
+        for match in CITATION.finditer(text):
+            cited += 1
+            item = int(match[2]) if match[2] else None
+            for section in map(int, re.findall(r"\d+", match[1])):
+                if section not in sections or (item and item not in sections[section]):
+                    wrong.append(place(path, text, match))
+    assert gone == []
+    assert wrong == []
+    assert cited >= 25  # the rules are cited; a pattern that found none would prove nothing
+
+
 TESTS = Path(__file__).parent
 
 

@@ -24,7 +24,7 @@ __all__ = ["converter", "make_converter", "strict_converter", "structure", "unst
 
 T = TypeVar("T")
 
-# v1 speaks camelCase (and a few PascalCase) names; DESIGN section 8 lists the mapping.
+# v1 speaks camelCase (and a few PascalCase) names; docs/design.md section 8 lists the mapping.
 # Order matters: a model's hooks are generated with its fields' hooks as registered at that
 # moment, so a nested model (PartitionEntry inside Image) must come before its container.
 _V1_RENAMES: Mapping[type[Any], Mapping[str, str]] = {

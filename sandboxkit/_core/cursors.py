@@ -1,7 +1,7 @@
 """Paging state for Builds and Build logs. Pure: the resources do the requests.
 
 Each cursor says what to ask for next and digests an answer, guarding against servers whose
-paging would loop forever (DESIGN section 9).
+paging would loop forever (docs/design.md section 9).
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ class LogCursor:
                     "claim has_more"
                 )
             return entries, False
-        # DESIGN section 9: a few empty pages that still claim more is a loop, even when
+        # docs/design.md section 9: a few empty pages that still claim more is a loop, even when
         # the offset creeps forward; a follower polls instead.
         self.empty_pages = 0 if entries else self.empty_pages + 1
         self.offset = page.next_offset

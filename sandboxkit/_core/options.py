@@ -251,7 +251,7 @@ class RetryPolicy:
         max_backoff: the cap on any computed delay.
         max_retry_after: the longest `Retry-After` we wait for; a longer one raises at once
             with `retry_after` set on the error.
-        retry_server_errors: also retry a plain 500 (off: DESIGN section 5 surfaces it).
+        retry_server_errors: also retry a plain 500 (off: docs/design.md section 5 surfaces it).
         honor_retry_after: wait what `Retry-After` says (off only in `no_delay`, for tests).
         max_stall: the longest a call goes without progress (its start, or bytes moved)
             while its host is down, in seconds; then it raises its last failure (or

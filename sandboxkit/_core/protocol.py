@@ -83,7 +83,7 @@ LAST_MODIFIED = "Last-Modified"
 DATE = "Date"
 IF_RANGE = "If-Range"
 
-# 500 is deliberately absent: DESIGN section 5 surfaces it at once.
+# 500 is deliberately absent: docs/design.md section 5 surfaces it at once.
 RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
 # What a host that is down answers through the gateway in front of it: counted by its
 # circuit (`_retry.Circuit`) like a refused connect. 504 is a slow answer, not a dead host.
@@ -247,7 +247,7 @@ class ApiRequest(NamedTuple):
     authenticated: bool = True
 
 
-# DESIGN section 5, the one rule: these methods may be sent again. A POST may only where its
+# docs/design.md section 5, the one rule: these methods may be sent again. A POST may only where its
 # operation makes a resend harmless, and says so (`keyed`): templates.create's Idempotency-Key,
 # an upload that overwrites with the same bytes. Any other POST could act twice (mint a second
 # key, container or shell, start a build twice).

@@ -1,4 +1,4 @@
-"""The download resume state machine (DESIGN section 6). Pure: no I/O, no await.
+"""The download resume state machine (docs/design.md section 6). Pure: no I/O, no await.
 
 One `ResumeState` follows one logical download across its GET requests. The I/O layer asks it
 what to send (`begin_request`), tells it what came back (`on_response`, `on_chunk`,

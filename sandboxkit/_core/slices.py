@@ -1,5 +1,5 @@
 """Parallel ranged downloads, the pure part: which byte ranges to fetch, and what a slice's
-answer means (DESIGN section 6, item 9). No I/O, no await.
+answer means (docs/design.md section 6, item 9). No I/O, no await.
 
 A download split into slices keeps one fact: the byte ranges of the file already written
 (`done`, sorted and disjoint, half-open). What is missing is split into pieces in file

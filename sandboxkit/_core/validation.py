@@ -181,7 +181,8 @@ def check_log_level(level: Any) -> str | None:
 
 
 def check_remote_path(path: Any) -> str:
-    """Non-empty, absolute, no `.` or `..` segments, no NUL, valid Unicode (DESIGN 6)."""
+    """Non-empty, absolute, no `.` or `..` segments, no NUL, valid Unicode
+    (docs/design.md section 6)."""
     if not isinstance(path, str) or not path:
         raise _fail("remote path", "must be a non-empty string", path)
     if not path.startswith("/"):

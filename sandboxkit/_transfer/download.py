@@ -1,7 +1,7 @@
 """Downloads: the resume state machine driven over real requests, into one of three sinks.
 
 `fetch` is the whole algorithm: one `Calls.run` whose attempt is one GET, judged by
-`ResumeState` (DESIGN section 6). The sinks differ only in where bytes go: a temporary file
+`ResumeState` (docs/design.md section 6). The sinks differ only in where bytes go: a temporary file
 (written and hashed off the event loop, in parallel, in 4 MiB batches), memory, or an async
 consumer.
 """

@@ -1,5 +1,6 @@
 """The file sink of a download: a temporary file written and hashed off the event loop, the
-write and the hash in parallel, in large batches handed over without waiting (DESIGN 6).
+write and the hash in parallel, in large batches handed over without waiting
+(docs/design.md section 6).
 
 `resources/_download.py` drives it through the `_Sink` interface (`write`, `flush`,
 `truncate`) plus the file's own steps (`adopt`, `commit`, `quiesce`).
@@ -26,8 +27,9 @@ __all__ = ["IN_FLIGHT", "WRITE_BATCH", "FileSink", "Piece"]
 
 # A piece of the body: bytes, or a memoryview of a receive buffer the sink may keep.
 Piece = bytes | memoryview
-# Disk writes and hashing leave the event loop in batches of about this size (DESIGN 6):
-# every batch costs thread hops and GIL hand-backs, so fewer is cheaper.
+# Disk writes and hashing leave the event loop in batches of about this size
+# (docs/design.md section 6): every batch costs thread hops and GIL hand-backs, so fewer is
+# cheaper.
 WRITE_BATCH = 4 << 20
 # Batches with the threads while the next one fills: the threads never wait for the loop to
 # hand them work, and memory stays bounded (see _FileSink).

@@ -1,11 +1,12 @@
-"""Parallel ranged downloads (DESIGN section 6, item 9): one file on several connections.
+"""Parallel ranged downloads (docs/design.md section 6, item 9): one file on several
+connections.
 
-The first GET has no Range (6.1). When its answer shows `Accept-Ranges: bytes`, a size of
-at least `ParallelDownloads.threshold`, and came over a link whose round trip is
-`min_latency` or more (`_slices.far_enough`: the kernel's RTT of the connection; a short
-link is as fast on one stream), the file is cut into pieces in file order
-(`_slices.split`, a few per connection). The first GET's body is the first piece: it is
-read up to the piece's end, then its connection is dropped. The other pieces are a work
+The first GET has no Range (docs/design.md section 6, item 1). When its answer shows
+`Accept-Ranges: bytes`, a size of at least `ParallelDownloads.threshold`, and came over a
+link whose round trip is `min_latency` or more (`_slices.far_enough`: the kernel's RTT of
+the connection; a short link is as fast on one stream), the file is cut into pieces in file
+order (`_slices.split`, a few per connection). The first GET's body is the first piece: it
+is read up to the piece's end, then its connection is dropped. The other pieces are a work
 queue for `parts - 1` more connections, and the first one's once its piece is done. Each
 piece is one `Calls.run` of `Range: bytes=a-b` GETs on the host's own pool (so within
 `per_host_connections` and the host's 429 window), resumed from where it got to after a

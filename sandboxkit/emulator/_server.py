@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Self
 
 from aiohttp import web
 
-from ..client import Client  # the emulator sits above the client (DESIGN section 3)
+from ..client import Client  # the emulator sits above the client (docs/design.md section 3)
 from ._admin import add_emulator_routes
 from ._console import add_v2_routes
 from ._core import CORE, ROUTES, Core, RouteTable, new_api_key

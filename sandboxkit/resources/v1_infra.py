@@ -2,7 +2,7 @@
 
 v1 bodies are not wrapped (no `{request_id, data}` envelope) and name their fields in
 camelCase; the converter maps them. GET and DELETE are retried; the POSTs here never are
-(DESIGN section 5): a resent create could start twice the containers.
+(docs/design.md section 5): a resent create could start twice the containers.
 """
 
 from __future__ import annotations

@@ -613,7 +613,7 @@ SCENARIOS: list[tuple[str, Mode, list[Step], dict[str, Any]]] = [
     [pytest.param(mode, steps, final, id=name) for name, mode, steps, final in SCENARIOS],
 )
 def test_resume_scenario(mode: Mode, steps: list[Step], final: dict[str, Any]) -> None:
-    """Each scenario's requests, decisions and final state follow DESIGN section 6."""
+    """Each scenario's requests, decisions and final state follow docs/design.md section 6."""
     state = ResumeState(mode)
     for step in steps:
         kind = step[0]

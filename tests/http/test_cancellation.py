@@ -176,7 +176,8 @@ async def test_control_plane_calls_cancelled_at_seeded_times(
                 elif kind == "v1.get":
                     await one_slot_client.v1.get_organization(clocked_emulator.org_id)
                 else:
-                    # Never retried (DESIGN 5): its injected fault surfaces, as it should.
+                    # Never retried (docs/design.md section 5): its injected fault
+                    # surfaces, as it should.
                     with suppress(
                         sandboxkit.ServiceUnavailableError, sandboxkit.APIConnectionError
                     ):

@@ -37,7 +37,8 @@ async def test_exchange_oauth_code_sends_no_credentials(
     assert (recorded.method, recorded.path, recorded.status) == ("POST", "/api/v1/oauth/token", 200)
     assert "Authorization" not in recorded.headers
     assert recorded.body_size > 0
-    # The token works as a credential: the gateway tells it from an API key (DESIGN 9).
+    # The token works as a credential: the gateway tells it from an API key
+    # (docs/design.md section 9).
     async with emulator.client(api_key=token.access_token, retry=NO_DELAY) as as_user:
         assert (await as_user.v1.get_organization(emulator.org_id)).name
 

@@ -3,9 +3,9 @@
 One table: each operation (templates.create, builds paging, build logs, download, upload and
 a v1 GET, DELETE and POST) meets each fault (retryable and final statuses, refused and cut
 connections, a read timeout, and bodies that are not what the interface shows). The outcome
-is DESIGN sections 5 and 7: an idempotent operation is retried to success, anything else
-surfaces as its exception class. After every case: no temporary file, no connection held
-before `aclose()`, and no client socket after it.
+is docs/design.md sections 5 and 7: an idempotent operation is retried to success, anything
+else surfaces as its exception class. After every case: no temporary file, no connection
+held before `aclose()`, and no client socket after it.
 """
 
 from __future__ import annotations
@@ -163,7 +163,8 @@ FAULTS: dict[str, Case] = {
 
 
 def outcome(op: Op, case: Case, name: str) -> type[Exception] | str:
-    """What DESIGN 5 and 7 promise: "ok", "verbatim" (opaque bytes as sent), or an error."""
+    """What docs/design.md sections 5 and 7 promise: "ok", "verbatim" (opaque bytes as
+    sent), or an error."""
     if op.opaque and case.body is not None:
         return "verbatim"  # a download's body is the file: any bytes are valid content
     if name == "cut-mid-body" and op.route == "v1.vpcs.release":
@@ -236,7 +237,8 @@ def _rewire(w: World, port: int, timeout: sandboxkit.Timeout | None) -> list[int
 @pytest.mark.parametrize("fault", list(FAULTS))
 @pytest.mark.parametrize("op_name", list(OPS))
 async def test_fault_matrix(matrix_world: World, op_name: str, fault: str) -> None:
-    """The operation meets the fault and ends as DESIGN 5/7 say, leaving nothing behind."""
+    """The operation meets the fault and ends as docs/design.md sections 5 and 7 say, leaving
+    nothing behind."""
     op, case = OPS[op_name], FAULTS[fault]
     expected = outcome(op, case, fault)
     ports = _rewire(
