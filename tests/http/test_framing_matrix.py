@@ -1,11 +1,11 @@
 """The framing matrix (issue 38): real servers, not written for this SDK, each started here.
 
-Every framing each server can produce, every read path, on both GET paths (the lean one,
-`_lean`, and aiohttp's own request path): each cell is one case of the one parametrized test
-below. Its result is the file's bytes, checked byte for byte against the source (and a
-download's sha256), or else a typed `sandboxkit` error; the answers the SDK read are checked
-to be the framing the cell names, so a server that changes its framing fails its cells
-rather than silently test another one. The servers and their shims are in
+Every framing each server can produce, every read path, on both GET paths (the plain one,
+`_http/plain_get.py`, and aiohttp's own request path): each cell is one case of the one
+parametrized test below. Its result is the file's bytes, checked byte for byte against the
+source (and a download's sha256), or else a typed `sandboxkit` error; the answers the SDK
+read are checked to be the framing the cell names, so a server that changes its framing
+fails its cells rather than silently test another one. The servers and their shims are in
 `framing_support`; each runs in a process of its own, started once for the module.
 
 Framings: `length` (a Content-Length), `chunked`, `close` (neither: the body ends at the
