@@ -1,4 +1,4 @@
-"""The lean data-plane GET (`_http/plain_get.py`): what it sends, what it must refuse, where it falls back.
+"""The plain data-plane GET (`plain_get`): what it sends, what it refuses, where it falls back.
 
 A plain GET to a sandbox host is written as bytes on a connection of the host's aiohttp
 connector and read with aiohttp's parser, skipping `ClientSession.request`. These tests run
