@@ -21,6 +21,7 @@ import attrs
 import click
 
 import sandboxkit
+from sandboxkit._core import environment as env
 
 __all__ = [
     "EXIT_API",
@@ -76,9 +77,9 @@ class Settings:
         api_key, base_url = self.api_key, self.base_url
         if control_plane:
             if not api_key:
-                raise click.UsageError("no API key: pass --api-key or set SANDBOXKIT_API_KEY")
+                raise click.UsageError(f"no API key: pass --api-key or set {env.API_KEY}")
             if not base_url:
-                raise click.UsageError("no base URL: pass --base-url or set SANDBOXKIT_BASE_URL")
+                raise click.UsageError(f"no base URL: pass --base-url or set {env.BASE_URL}")
         return sandboxkit.Client(
             api_key=api_key or _UNUSED_API_KEY,
             base_url=base_url or _UNUSED_BASE_URL,
@@ -328,19 +329,19 @@ class _Group(click.Group):
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--api-key",
-    envvar="SANDBOXKIT_API_KEY",
+    envvar=env.API_KEY,
     show_envvar=True,
     help="API key or OAuth access token for the console.",
 )
 @click.option(
     "--base-url",
-    envvar="SANDBOXKIT_BASE_URL",
+    envvar=env.BASE_URL,
     show_envvar=True,
     help="Console address hosting /api/v1 and /api/v2.",
 )
 @click.option(
     "--ca-file",
-    envvar="SANDBOXKIT_CA_FILE",
+    envvar=env.CA_FILE,
     show_envvar=True,
     type=click.Path(exists=True, dir_okay=False),
     help="Extra CA certificate to trust (e.g. the one `sandboxkit emulator --tls` prints).",

@@ -18,6 +18,7 @@ from click.core import ParameterSource
 from rich.console import Console
 
 import sandboxkit
+from sandboxkit._core import environment as env
 from sandboxkit.emulator import EmulatorResolver
 
 from ._app import Settings
@@ -72,28 +73,28 @@ def _sandbox_options(command: click.decorators.FC) -> click.decorators.FC:
     options = [
         click.option(
             "--sandbox-key",
-            envvar="SANDBOXKIT_SANDBOX_KEY",
+            envvar=env.SANDBOX_KEY,
             show_envvar=True,
             required=True,
             help="The sandbox's key (`data.sandbox_key`).",
         ),
         click.option(
             "--domain",
-            envvar="SANDBOXKIT_SANDBOX_DOMAIN",
+            envvar=env.SANDBOX_DOMAIN,
             show_envvar=True,
             required=True,
             help="The sandbox's domain, used verbatim (`data.domain`).",
         ),
         click.option(
             "--token",
-            envvar="SANDBOXKIT_SANDBOX_TOKEN",
+            envvar=env.SANDBOX_TOKEN,
             show_envvar=True,
             required=True,
             help="The sandbox access token (`sandbox_access_token`).",
         ),
         click.option(
             "--data-plane-scheme",
-            envvar="SANDBOXKIT_DATA_PLANE_SCHEME",
+            envvar=env.DATA_PLANE_SCHEME,
             show_envvar=True,
             type=click.Choice(["https", "http"]),
             default="https",
