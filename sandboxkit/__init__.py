@@ -71,6 +71,7 @@ __all__ = [
     "PayloadTooLargeError",
     "PermissionDeniedError",
     "PresetResources",
+    "Progress",
     "ProxyError",
     "QuotaExceededError",
     "RangeNotSatisfiableError",
@@ -84,6 +85,7 @@ __all__ = [
     "RetryPolicy",
     "Sandbox",
     "SandboxKitError",
+    "SandboxRef",
     "ServiceUnavailableError",
     "ShellResult",
     "TLSHandshakeError",
@@ -164,6 +166,7 @@ _LAZY = {
     "PayloadTooLargeError": ".errors",
     "PermissionDeniedError": ".errors",
     "PresetResources": ".models",
+    "Progress": "._core.options",
     "ProxyError": ".errors",
     "QuotaExceededError": ".errors",
     "RangeNotSatisfiableError": ".errors",
@@ -176,6 +179,7 @@ _LAZY = {
     "RetryEvent": "._core.events",
     "RetryPolicy": "._core.options",
     "Sandbox": ".resources.sandbox",
+    "SandboxRef": ".resources.sandbox",
     "SandboxKitError": ".errors",
     "ServiceUnavailableError": ".errors",
     "ShellResult": ".models",
@@ -197,7 +201,7 @@ _LAZY = {
 if TYPE_CHECKING:
     from ._client_config import ClientConfig
     from ._core.events import RequestEvent, ResponseEvent, RetryEvent
-    from ._core.options import Limits, ParallelDownloads, RetryPolicy, Timeout
+    from ._core.options import Limits, ParallelDownloads, Progress, RetryPolicy, Timeout
     from ._transfer.partial import PartialDownload, find_partial
     from .client import Client
     from .errors import (
@@ -272,7 +276,7 @@ if TYPE_CHECKING:
         V1Template,
     )
     from .resources._common import AsyncStream
-    from .resources.sandbox import Sandbox
+    from .resources.sandbox import Sandbox, SandboxRef
     from .resources.v1_infra import ssh_env
 else:  # hidden from type checkers, which would otherwise accept any name as sandboxkit.X
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import time
 import warnings
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -30,7 +30,7 @@ from ._core.validation import check_remote_path
 from ._transfer.partial import clear_leftovers
 from .errors import ValidationError
 from .models import DownloadResult, FileEntry
-from .resources.sandbox import address_from_response
+from .resources.sandbox import SandboxRef
 
 if TYPE_CHECKING:
     from .client import Client
@@ -41,7 +41,7 @@ __all__ = [
     "BatchSummary",
     "DownloadJob",
     "JobOutcome",
-    "Progress",
+    "JobProgress",
     "SandboxRef",
     "UploadJob",
     "check_job",
@@ -51,29 +51,6 @@ __all__ = [
 
 J = TypeVar("J", "DownloadJob", "UploadJob")
 R = TypeVar("R", DownloadResult, FileEntry)
-
-
-@attrs.frozen
-class SandboxRef:
-    """Names one sandbox: its key, its domain and its access token (never shown in `repr`)."""
-
-    sandbox_key: str
-    domain: str
-    access_token: str = attrs.field(repr=False)
-
-    @classmethod
-    def from_response(cls, body: Mapping[str, Any]) -> SandboxRef:
-        """The sandbox a create/connect answer names, read as `client.sandbox_from_response`
-        reads it: `data.sandbox_key`, `data.domain`, and `sandbox_access_token` under `data`
-        or at the top level.
-
-        Raises:
-            ValidationError: the answer is not a mapping, lacks one of the three (named), or
-                holds one that is not usable (an empty or multi-line value, a key or domain
-                that is not a plain host name part).
-        """
-        address = address_from_response(body)
-        return cls(address.sandbox_key, address.domain, address.access_token)
 
 
 def _to_path(value: str | os.PathLike[str]) -> Path:
@@ -223,8 +200,22 @@ class BatchResult(Generic[J, R]):
         return not self.failures
 
 
-Progress = Callable[[int, int, JobOutcome[Any, Any]], object]
-"""Called after each finished job with (finished so far, total, that job's outcome)."""
+JobProgress = Callable[[int, int, JobOutcome[Any, Any]], object]
+"""Called after each finished job with (finished so far, total, that job's outcome). Not a
+transfer's `sandboxkit.Progress` (bytes): a batch counts jobs."""
+
+
+def __getattr__(name: str) -> Any:
+    # `batch.Progress` was this type's name until it met `sandboxkit.Progress`, the bytes one.
+    if name == "Progress":
+        warnings.warn(
+            "sandboxkit.batch.Progress is now sandboxkit.batch.JobProgress (sandboxkit.Progress "
+            "is a transfer's); `batch.Progress` will be removed",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return JobProgress
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 async def download_many(
@@ -232,7 +223,7 @@ async def download_many(
     jobs: Iterable[DownloadJob],
     *,
     concurrency: int = 256,
-    progress: Progress | None = None,
+    progress: JobProgress | None = None,
     checksum: bool = True,
     skip_existing: bool = False,
     resume: bool = True,
@@ -289,7 +280,7 @@ async def upload_many(
     jobs: Iterable[UploadJob],
     *,
     concurrency: int = 256,
-    progress: Progress | None = None,
+    progress: JobProgress | None = None,
 ) -> BatchResult[UploadJob, FileEntry]:
     """Upload every job's local file or bytes, at most `concurrency` at a time.
 
@@ -407,7 +398,7 @@ async def _run_all(
     todo: Sequence[tuple[Sandbox, J]],
     run: Callable[[Sandbox, J], Awaitable[R | None]],
     concurrency: int,
-    progress: Progress | None,
+    progress: JobProgress | None,
 ) -> tuple[list[JobOutcome[J, R]], float]:
     started = time.monotonic()
     outcomes: list[JobOutcome[J, R] | None] = [None] * len(todo)

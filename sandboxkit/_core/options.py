@@ -27,6 +27,7 @@ __all__ = [
     "KeyFunction",
     "Limits",
     "ParallelDownloads",
+    "Progress",
     "RetryPolicy",
     "Timeout",
     "at_least",
@@ -41,6 +42,11 @@ __all__ = [
 
 ApiKeyFunction = Callable[[], str] | Callable[[], Awaitable[str]]
 """A function of no arguments returning the current API key (an async one is awaited)."""
+
+Progress = Callable[[int, int | None], object]
+"""A transfer's progress callback, the one type every surface takes (`files.download` and
+`upload`, the agent tools' copies): called as `progress(done_bytes, total_or_None)` as bytes
+move, on the event loop; whatever it returns is ignored."""
 
 
 @attrs.frozen(repr=False)

@@ -16,6 +16,7 @@ from typing import Any, Literal
 import attrs
 
 import sandboxkit
+from sandboxkit import Progress
 
 from ..errors import ValidationError
 from ._errors import ErrorCode, ToolError
@@ -24,7 +25,6 @@ from ._schema import check_schema
 
 __all__ = ["Definition", "Progress", "Run", "Setup", "Tool", "ToolLimits"]
 
-Progress = Callable[[int, int | None], None]
 
 KIB = 1 << 10
 MIB = 1 << 20

@@ -12,7 +12,7 @@ import logging
 import os
 import traceback
 import unicodedata
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -194,7 +194,7 @@ class Toolkit:
         name: str,
         arguments: Mapping[str, Any] | None,
         *,
-        progress: Callable[[int, int | None], None] | None = None,
+        progress: Progress | None = None,
     ) -> dict[str, Any]:
         """Run tool `name` with a model's `arguments`; its result, ready for `json.dumps`.
 

@@ -12,13 +12,13 @@ from typing import Any
 import attrs
 
 from .._core import bounds as _bounds
-from .._core.options import CallOptions, ParallelDownloads, RetryPolicy, Timeout
+from .._core.options import CallOptions, ParallelDownloads, Progress, RetryPolicy, Timeout
 from .._core.validation import check_flag, check_username
 from .._transfer import download as _download
 from .._transfer import ranged as _ranged
 from .._transfer import reads as _reads
 from .._transfer import upload as _upload
-from .._transfer.plane import DataPlane, Progress, check_chunk_size, check_destination
+from .._transfer.plane import DataPlane, check_chunk_size, check_destination
 from ..errors import ValidationError
 from ..models import DownloadResult, FileEntry, FileRange, TextPage
 from ._common import AsyncStream
