@@ -2,8 +2,9 @@
 
 Local paths are relative to the workspace and stay in it (`_paths`: links leading out are
 refused, a download never writes through one). Sizes are bounded by `ToolLimits.max_copy`:
-an upload by its file's size before anything is sent, a download by the size the service
-announces, or by the bytes that came when it announces none. A download lands whole or not
+an upload by its file's size before anything is sent, a download by `files.download`'s
+`max_size` (the size the service announces, or the bytes that came when it announces
+none). A download lands whole or not
 at all (the SDK writes a partial file beside it and renames it into place); one stopped
 by a failure the next call may not meet keeps its partial file, so calling again resumes.
 """
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
+import sandboxkit
 
 from ._errors import ErrorCode, ToolError, about
 from ._file_tools import file_subject, path_arg, sandbox_arg, sandbox_file
@@ -80,15 +83,6 @@ UPLOAD_FILE = Definition(
 )
 
 
-class _OverCap(Exception):
-    """Raised from the download's progress callback to stop it: the size passed the cap
-    (`size`: the announced size, None when none was)."""
-
-    def __init__(self, size: int | None) -> None:
-        super().__init__(size)
-        self.size = size
-
-
 def _download_schema(setup: Setup) -> dict[str, Any]:
     return obj(
         {
@@ -108,23 +102,11 @@ async def _download_file(
     dest, shown = local_dest(args["local_path"], _workspace(setup), limits.max_path_length)
     cap = limits.max_copy
     subject = file_subject(path, name)
-
-    def watch(done: int, total: int | None) -> None:
-        # Called as bytes arrive, on the loop: the announced size is known at the first
-        # piece, so at most one piece of a file over the cap is ever written (and then
-        # removed with the partial file).
-        if total is not None and total > cap:
-            raise _OverCap(total)
-        if done > cap:
-            raise _OverCap(None)
-        if progress is not None:
-            progress(done, total)
-
-    try:
-        with about(subject):
-            result = await sandbox.files.download(path, dest, progress=watch)
-    except _OverCap as exc:
-        raise _too_large(subject, exc.size, cap) from None
+    with about(subject):
+        try:
+            result = await sandbox.files.download(path, dest, progress=progress, max_size=cap)
+        except sandboxkit.FileTooLargeError as exc:
+            raise _too_large(subject, exc.size, cap) from None
     return {
         "sandbox": name,
         "path": path,

@@ -13,6 +13,7 @@ import attrs
 
 from .._core import bounds as _bounds
 from .._core.options import CallOptions, ParallelDownloads, Progress, RetryPolicy, Timeout
+from .._core.slices import check_parts
 from .._core.validation import check_flag, check_username
 from .._transfer import download as _download
 from .._transfer import ranged as _ranged
@@ -69,6 +70,7 @@ class Files:
         resume: bool = True,
         keep_partial: bool = False,
         parts: int | None = None,
+        max_size: int | None = None,
         timeout: Timeout | None = None,
         retry: RetryPolicy | None = None,
     ) -> DownloadResult:
@@ -114,6 +116,10 @@ class Files:
                 either way.
             parts: connections for this file (see above); None: the client's
                 `ParallelDownloads.parts`; 1: one stream.
+            max_size: the largest file to download, in bytes: a larger one raises
+                `FileTooLargeError` as soon as an answer's head shows its size, before its
+                body; else once the bytes counted pass it (reading stops one byte past the
+                cap). `dest` is left as it was, and no partial file remains. None: no cap.
             timeout: per-call time limits; `total` bounds the whole download.
             retry: per-call retry policy; a retry that moved the download forward does not
                 count against `max_attempts`.
@@ -125,7 +131,8 @@ class Files:
 
         Raises:
             ValidationError: a bad remote path, a directory as `dest`, a missing directory,
-                `parts` not a positive integer, `keep_partial` not a bool.
+                `parts` or `max_size` not a positive integer, `keep_partial` not a bool.
+            FileTooLargeError: the file has more than `max_size` bytes.
             DestinationLockedError: another download is writing `dest` now.
             APIError: its status subclass (`NotFoundError`, ...) when the service refuses; a
                 `RedirectNotFollowedError` (an `APIError`) for a redirect, never followed.
@@ -142,9 +149,10 @@ class Files:
         request = self._request(remote, username, chunk_size, timeout, retry)
         path = check_destination(dest)
         keep = check_flag("keep_partial", keep_partial)
+        cap = _bounds.check_max_size(max_size)
         parallel = self._parallel
         if parts is not None:
-            parallel = attrs.evolve(parallel, parts=_ranged.check_parts(parts))
+            parallel = attrs.evolve(parallel, parts=check_parts(parts))
         if parallel.parts > 1:
             return await _ranged.download_to_file(
                 request,
@@ -154,6 +162,7 @@ class Files:
                 resume=bool(resume),
                 keep_partial=keep,
                 parallel=parallel,
+                max_size=cap,
             )
         return await _download.download_to_file(
             request,
@@ -162,6 +171,7 @@ class Files:
             progress=progress,
             resume=bool(resume),
             keep_partial=keep,
+            max_size=cap,
         )
 
     def iter_bytes(

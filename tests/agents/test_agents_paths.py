@@ -257,9 +257,9 @@ async def test_a_download_over_the_copy_cap_leaves_nothing(
     workspace: Path,
     chunked: bool,
 ) -> None:
-    """A file over max_copy is too_large whether its size is announced (stopped at its
-    first piece) or not (stopped once the bytes pass the cap); no file or partial file
-    stays in the workspace."""
+    """A file over max_copy is too_large whether its size is announced (refused from the
+    answer's head, `files.download(max_size=)`) or not (stopped one byte past the cap), in
+    one GET; no file or partial file stays in the workspace."""
     box = await new_box(emulator, emulator_client, CHUNKED if chunked else None)
     box.put("/home/user/big.bin", payload(3 << 20, seed=13))
     kit = Toolkit(
@@ -274,6 +274,7 @@ async def test_a_download_over_the_copy_cap_leaves_nothing(
     assert error.code is ErrorCode.TOO_LARGE
     assert ("3145728 bytes" in error.message) is not chunked
     assert listing(workspace) == []
+    assert len(emulator.journal_for("files.download")) == 1
 
 
 async def test_a_cancelled_download_leaves_no_file(
