@@ -97,6 +97,7 @@ __all__ = [
     "TransportError",
     "UnprocessableEntityError",
     "UnsupportedMediaTypeError",
+    "UploadResult",
     "V1Template",
     "ValidationDetail",
     "ValidationError",
@@ -193,6 +194,7 @@ _LAZY = {
     "TransportError": ".errors",
     "UnprocessableEntityError": ".errors",
     "UnsupportedMediaTypeError": ".errors",
+    "UploadResult": ".models",
     "V1Template": ".models",
     "ValidationDetail": ".errors",
     "ValidationError": ".errors",
@@ -273,6 +275,7 @@ if TYPE_CHECKING:
         TemplateCredential,
         TemplateStatus,
         TextPage,
+        UploadResult,
         V1Template,
     )
     from .resources._common import AsyncStream

@@ -29,7 +29,7 @@ import attrs
 from ._core.validation import check_remote_path
 from ._transfer.partial import clear_leftovers
 from .errors import ValidationError
-from .models import DownloadResult, FileEntry
+from .models import DownloadResult, UploadResult
 from .resources.sandbox import SandboxRef
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ __all__ = [
 ]
 
 J = TypeVar("J", "DownloadJob", "UploadJob")
-R = TypeVar("R", DownloadResult, FileEntry)
+R = TypeVar("R", DownloadResult, UploadResult)
 
 
 def _to_path(value: str | os.PathLike[str]) -> Path:
@@ -281,7 +281,7 @@ async def upload_many(
     *,
     concurrency: int = 256,
     progress: JobProgress | None = None,
-) -> BatchResult[UploadJob, FileEntry]:
+) -> BatchResult[UploadJob, UploadResult]:
     """Upload every job's local file or bytes, at most `concurrency` at a time.
 
     There is no `skip_existing` here: the data plane shows no way to learn whether a remote
@@ -301,24 +301,18 @@ async def upload_many(
             sent.
     """
     todo = _check_jobs(client, jobs, UploadJob, concurrency)
-    sizes = _source_sizes(todo)
 
-    attempts = 0  # the POSTs of the uploads that succeeded, as downloads count theirs
-
-    async def run(sandbox: Sandbox, job: UploadJob) -> FileEntry:
-        nonlocal attempts
-        tries = [0]
-        entry = await sandbox.files._upload_counted(job.remote, job.source, tries=tries)
-        attempts += tries[0]
-        return entry
+    async def run(sandbox: Sandbox, job: UploadJob) -> UploadResult:
+        return await sandbox.files.upload(job.remote, job.source)
 
     outcomes, elapsed = await _run_all(todo, run, concurrency, progress)
-    done = [o for o in outcomes if o.error is None]
+    done = [o.result for o in outcomes if o.result is not None]
+    attempts = sum(r.attempts for r in done)  # the POSTs of the uploads that succeeded
     summary = BatchSummary(
         total=len(outcomes),
         done=len(done),
         failed=len(outcomes) - len(done),
-        bytes=sum(size for o, size in zip(outcomes, sizes, strict=True) if o.error is None),
+        bytes=sum(r.size for r in done),
         attempts=attempts,
         retries=attempts - len(done),
         resumes=0,  # an upload never resumes: a retry sends the whole file again
@@ -365,14 +359,6 @@ def check_job(job: object, kind: type[DownloadJob] | type[UploadJob]) -> None:
     check_remote_path(job.remote)
     if not isinstance(job.sandbox, SandboxRef):
         raise ValidationError("sandbox must be a sandboxkit.batch.SandboxRef")
-
-
-def _source_sizes(todo: Sequence[tuple[Sandbox, UploadJob]]) -> list[int]:
-    # Measured before sending, in job order: FileEntry does not report a size, the source does.
-    return [
-        len(job.source) if isinstance(job.source, bytes) else job.source.stat().st_size
-        for _, job in todo
-    ]
 
 
 def _check_local(job: DownloadJob | UploadJob, seen: dict[Path, int], index: int) -> None:

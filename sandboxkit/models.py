@@ -22,7 +22,7 @@ from typing import Any, Generic, TypeVar
 
 import attrs
 
-from ._read_models import FileRange, TextPage
+from ._file_models import FileRange, TextPage, UploadResult
 
 __all__ = [
     "ActionResult",
@@ -55,6 +55,7 @@ __all__ = [
     "TemplateCredential",
     "TemplateStatus",
     "TextPage",
+    "UploadResult",
     "V1Template",
 ]
 

@@ -6,7 +6,6 @@ import hashlib
 import os
 import shlex
 import socket
-import time
 from pathlib import Path
 from typing import Any
 
@@ -140,11 +139,14 @@ def download_line(result: sandboxkit.DownloadResult) -> str:
     )
 
 
-def upload_line(remote: str, size: int, elapsed: float, sha256: str) -> str:
-    """The final line of an upload: size, elapsed, rate and the local file's sha256."""
+def upload_line(result: sandboxkit.UploadResult, sha256: str) -> str:
+    """The final line of an upload: size, elapsed, rate, attempts and the local file's
+    sha256."""
+    size, elapsed = result.size, result.elapsed
     return (
-        f"uploaded {format_size(size)} to {remote} in {elapsed:.2f} s "
-        f"({format_throughput(size, elapsed)}), resumes=0 (uploads restart whole) sha256={sha256}"
+        f"uploaded {format_size(size)} to {result.path} in {elapsed:.2f} s "
+        f"({format_throughput(size, elapsed)}), attempts={result.attempts} "
+        f"resumes=0 (uploads restart whole) sha256={sha256}"
     )
 
 
@@ -308,21 +310,18 @@ def files_upload(
 ) -> None:
     """Upload the local file SOURCE to REMOTE (an absolute path; its directory must exist)."""
     console = Console(stderr=True)
-    size = os.path.getsize(source)
 
-    async def work() -> tuple[float, str]:
+    async def work() -> tuple[sandboxkit.UploadResult, str]:
         with transfer_progress(console) as progress:  # before the client: see download
             bar = TransferBar(progress, f"upload {source.name}")
             client, sandbox = _open_sandbox(
                 settings, sandbox_key, domain, token, data_plane_scheme, on_retry=bar.on_retry
             )
             async with client:
-                started = time.monotonic()
-                await sandbox.files.upload(remote, source, progress=bar)
-                elapsed = time.monotonic() - started
-            bar.finish(size)
-        return elapsed, await anyio.to_thread.run_sync(sha256_of, source)
+                result = await sandbox.files.upload(remote, source, progress=bar)
+            bar.finish(result.size)
+        return result, await anyio.to_thread.run_sync(sha256_of, source)
 
     stopped = f"the upload of {remote} did not finish; run it again (an upload is safe to repeat)"
-    elapsed, digest = settings.run(work, where=remote_place(remote, sandbox_key), stopped=stopped)
-    click.echo(upload_line(remote, size, elapsed, digest))
+    result, digest = settings.run(work, where=remote_place(remote, sandbox_key), stopped=stopped)
+    click.echo(upload_line(result, digest))

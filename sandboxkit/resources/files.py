@@ -21,7 +21,7 @@ from .._transfer import reads as _reads
 from .._transfer import upload as _upload
 from .._transfer.plane import DataPlane, check_chunk_size, check_destination
 from ..errors import ValidationError
-from ..models import DownloadResult, FileEntry, FileRange, TextPage
+from ..models import DownloadResult, FileRange, TextPage, UploadResult
 from ._common import AsyncStream
 
 __all__ = ["Files"]
@@ -374,7 +374,7 @@ class Files:
         progress: Progress | None = None,
         timeout: Timeout | None = None,
         retry: RetryPolicy | None = None,
-    ) -> FileEntry:
+    ) -> UploadResult:
         """Write one file at `remote` (overwriting it), streamed from `source`.
 
         The body is `multipart/form-data` with the single part `file` (named after the remote
@@ -392,7 +392,9 @@ class Files:
             retry: per-call retry policy.
 
         Returns:
-            The `FileEntry(path, name, type)` the service reports.
+            An `UploadResult(path, name, type, size, attempts, elapsed)`: the file the
+            service reports, the bytes sent, and the POSTs it took (a retry sends the whole
+            file again).
 
         Raises:
             ValidationError: a bad remote path, a missing local file, an unusable source, or
@@ -400,32 +402,28 @@ class Files:
             PayloadTooLargeError: the file exceeds the data center's limit (never retried).
             APIError, TransportError: as for `download`.
         """
-        return await self._upload_counted(
-            remote, source, username=username, progress=progress, timeout=timeout, retry=retry
-        )
-
-    async def _upload_counted(
-        self,
-        remote: str,
-        source: Any,
-        *,
-        username: str | None = None,
-        progress: Progress | None = None,
-        timeout: Timeout | None = None,
-        retry: RetryPolicy | None = None,
-        tries: list[int] | None = None,
-    ) -> FileEntry:
-        """`upload`, counting the POSTs it sends in `tries[0]` (for `batch.upload_many`)."""
         params = self._plane.params(remote, check_username(username))
         if remote.endswith("/"):
             raise ValidationError(f"remote path={remote!r}: must name a file, not a directory")
         source_plan = _upload.make_source(source)
-        return await _upload.send_file(
+        sent = [source_plan.size or 0]
+
+        def counted(done: int, total: int | None) -> None:
+            sent[0] = done  # a source of unknown size is sent once (never retried)
+            if progress is not None:
+                progress(done, total)
+
+        clock = self._plane.calls.clock
+        started, tries = clock(), [0]
+        entry = await _upload.send_file(
             self._plane,
             remote,
             params,
             source_plan,
-            progress=progress,
+            progress=progress if source_plan.size is not None else counted,
             options=CallOptions(timeout, retry),
             tries=tries,
+        )
+        return UploadResult(
+            entry.path, entry.name, entry.type, sent[0], tries[0], clock() - started
         )

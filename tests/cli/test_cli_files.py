@@ -50,13 +50,15 @@ def write_pattern(path: Path, size: int) -> str:
 
 
 def test_upload_then_download_round_trip(emulator_thread: EmulatorThread, tmp_path: Path) -> None:
-    """Upload and download print a final line with size, resumes and a matching sha256."""
+    """Upload and download print a final line with size, attempts, resumes and a matching
+    sha256."""
     env = emulator_thread.sandbox_env()
     source = tmp_path / "in.bin"
     digest = write_pattern(source, 3 * MiB + 5)
     up = invoke(emulator_thread, "files", "upload", str(source), "/home/user/in.bin", env=env)
     assert up.exit_code == 0, up.output
     assert f"sha256={digest}" in up.stdout and "uploaded 3.0 MiB" in up.stdout
+    assert "attempts=1 resumes=0" in up.stdout  # the UploadResult's count
     emulator_thread.emu.faults.script("files.download", Fault.cut(after_bytes=MiB))
     down = invoke(emulator_thread, "files", "download", "/home/user/in.bin", str(tmp_path), env=env)
     assert down.exit_code == 0, down.output

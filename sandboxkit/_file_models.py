@@ -1,5 +1,6 @@
-"""The records of bounded reads (`files.read_range`, `files.read_text`), public through
-`models` (kept apart only so that `models.py` stays short enough to read in one sitting).
+"""Records of file operations, public through `models` (kept apart only so that `models.py`
+stays short enough to read in one sitting): what an upload did (`UploadResult`), and the
+pages of bounded reads (`files.read_range`, `files.read_text`).
 
 Offsets are byte offsets in the remote file. A reader pages by passing `next_offset` as the
 next call's `offset` until `eof`: no byte is read twice and none is skipped, and a text page
@@ -10,7 +11,30 @@ from __future__ import annotations
 
 import attrs
 
-__all__ = ["FileRange", "TextPage"]
+__all__ = ["FileRange", "TextPage", "UploadResult"]
+
+
+@attrs.frozen(slots=False)
+class UploadResult:
+    """What `files.upload` wrote: the file the service reports (`path`, `name`, `type`, the
+    fields of the `FileEntry` upload returned before), and how it went.
+
+    Attributes:
+        path: the file's path in the sandbox, as the service reports it.
+        name: its base name.
+        type: what the service calls it (`file`).
+        size: the bytes sent (the body of the POST that succeeded).
+        attempts: the POSTs sent, the one that succeeded included: a retry sends the whole
+            file again (an upload never resumes).
+        elapsed: seconds, from the call to the service's answer.
+    """
+
+    path: str
+    name: str
+    type: str
+    size: int
+    attempts: int
+    elapsed: float = attrs.field(repr=lambda seconds: f"{seconds:.3f}")  # shown rounded
 
 
 @attrs.frozen
