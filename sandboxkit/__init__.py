@@ -103,6 +103,7 @@ __all__ = [
     "ValidationError",
     "__version__",
     "find_partial",
+    "resources_from",
     "ssh_env",
 ]
 
@@ -184,6 +185,7 @@ _LAZY = {
     "SandboxKitError": ".errors",
     "ServiceUnavailableError": ".errors",
     "ShellResult": ".models",
+    "resources_from": "._core.validation",
     "ssh_env": ".resources.v1_infra",
     "TemplateCreated": ".models",
     "TemplateCredential": ".models",
@@ -204,6 +206,7 @@ if TYPE_CHECKING:
     from ._client_config import ClientConfig
     from ._core.events import RequestEvent, ResponseEvent, RetryEvent
     from ._core.options import Limits, ParallelDownloads, Progress, RetryPolicy, Timeout
+    from ._core.validation import resources_from
     from ._transfer.partial import PartialDownload, find_partial
     from .client import Client
     from .errors import (

@@ -15,7 +15,7 @@ import click
 from sandboxkit._core import environment as env
 from sandboxkit.emulator import ListenError, describe_sandbox, request_sandbox, serve_forever
 
-from ._app import Settings, fail, run_cancellable
+from ._app import Settings, fail, renamed_option, run_cancellable
 
 __all__ = ["emulator", "serve"]
 
@@ -89,7 +89,7 @@ def emulator(
     help="The running emulator's console (its printed base URL).",
 )
 @click.option("--api-key", envvar=env.API_KEY, show_envvar=True, help="The emulator's API key.")
-@click.option("--idc", "idc_name", help="Data center (default: the emulator's default).")
+@renamed_option("--idc-name", "--idc", help="Data center (default: the emulator's default).")
 @click.option("--json", "as_json", is_flag=True, help="Print the create body as one JSON line.")
 @click.pass_obj
 def new_sandbox(
