@@ -23,7 +23,7 @@ ROOT = Path(sandboxkit.__file__).parent
 # its own layer and those below it, never one above (see ARCHITECTURE.md). A dotted name
 # places a folder or one module; the longest matching name decides.
 LAYERS: list[tuple[str, ...]] = [
-    ("errors", "models", "_version", "_file_models"),
+    ("errors", "models", "rules", "_version", "_file_models"),
     ("_core",),  # pure: never awaits, imports no I/O library
     ("_http",),  # the only aiohttp boundary
     ("_transfer",),  # the engines over one sandbox's data plane

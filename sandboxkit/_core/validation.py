@@ -14,6 +14,17 @@ from typing import Any
 
 from .. import models
 from ..errors import ValidationError
+from ..rules import (
+    MAX_CPU,
+    MAX_DESCRIPTION,
+    MAX_DISK_MB,
+    MAX_IDEMPOTENCY_KEY,
+    MAX_IMAGE_FILTER,
+    MAX_LOG_LIMIT,
+    MAX_MEMORY_MB,
+    MAX_PAGE_SIZE,
+    MAX_TEMPLATE_NAME,
+)
 from .options import Timeout
 
 __all__ = [
@@ -44,20 +55,10 @@ __all__ = [
     "resources_from",
 ]
 
-MAX_TEMPLATE_NAME = 64
 TEMPLATE_NAME = re.compile(rf"[A-Za-z0-9_-]{{1,{MAX_TEMPLATE_NAME}}}")
-MAX_IDEMPOTENCY_KEY = 64
 # Printable ASCII without whitespace is exactly 0x21..0x7E.
 IDEMPOTENCY_KEY = re.compile(rf"[\x21-\x7e]{{1,{MAX_IDEMPOTENCY_KEY}}}")
 IMAGE_FILTER = re.compile(r"[A-Za-z0-9._-]+")
-MAX_IMAGE_FILTER = 256
-
-MAX_DESCRIPTION = 256
-MAX_CPU = 16
-MAX_MEMORY_MB = 65536
-MAX_DISK_MB = 65536
-MAX_PAGE_SIZE = 100
-MAX_LOG_LIMIT = 100
 API_KEY_SCOPES = ("ie_model", "ce_resource")
 
 

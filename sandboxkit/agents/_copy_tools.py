@@ -43,10 +43,10 @@ def _upload_schema(setup: Setup) -> dict[str, Any]:
     return obj(
         {
             "sandbox": sandbox_arg(setup),
-            "local_path": _local_arg("The local file to send"),
-            "path": path_arg(setup, "Where to write it (replaced if it exists)"),
+            "source": _local_arg("The local file to send"),
+            "remote": path_arg(setup, "Where to write it (replaced if it exists)"),
         },
-        required=("sandbox", "local_path", "path"),
+        required=("sandbox", "source", "remote"),
     )
 
 
@@ -55,14 +55,14 @@ async def _upload_file(
 ) -> dict[str, Any]:
     name, sandbox, path = sandbox_file(setup, args)
     limits = setup.limits
-    source = local_source(args["local_path"], _workspace(setup), limits.max_path_length)
+    source = local_source(args["source"], _workspace(setup), limits.max_path_length)
     with source.handle:
         if source.size > limits.max_copy:
             raise _too_large(f"Local file {source.shown!r}", source.size, limits.max_copy)
         hints = {ErrorCode.NOT_FOUND: "Its directory must exist in the sandbox first."}
         with about(f"Uploading {source.shown!r} to {path} in sandbox {name!r}", hints):
             await sandbox.files.upload(path, source.handle, progress=progress)
-    return {"sandbox": name, "local_path": source.shown, "path": path, "bytes": source.size}
+    return {"sandbox": name, "source": source.shown, "remote": path, "bytes": source.size}
 
 
 UPLOAD_FILE = Definition(
@@ -70,11 +70,12 @@ UPLOAD_FILE = Definition(
     title="Upload a local file",
     description=(
         "Copy a file from the local workspace into a sandbox, replacing the sandbox file "
-        "if it exists (its directory must exist). local_path is relative to the "
-        "workspace; path is relative to {root} or absolute under it. At most {max_copy}. "
+        "if it exists (its directory must exist). source is relative to the "
+        "workspace; remote is relative to {root} or absolute under it. At most {max_copy}. "
         "Returns the bytes sent."
     ),
     schema=_upload_schema,
+    renamed={"local_path": "source", "path": "remote"},
     run=_upload_file,
     read_only=False,
     destructive=True,
@@ -87,10 +88,10 @@ def _download_schema(setup: Setup) -> dict[str, Any]:
     return obj(
         {
             "sandbox": sandbox_arg(setup),
-            "path": path_arg(setup, "The file to copy"),
-            "local_path": _local_arg("Where to write it (replaced if it exists)"),
+            "remote": path_arg(setup, "The file to copy"),
+            "dest": _local_arg("Where to write it (replaced if it exists)"),
         },
-        required=("sandbox", "path", "local_path"),
+        required=("sandbox", "remote", "dest"),
     )
 
 
@@ -99,7 +100,7 @@ async def _download_file(
 ) -> dict[str, Any]:
     name, sandbox, path = sandbox_file(setup, args)
     limits = setup.limits
-    dest, shown = local_dest(args["local_path"], _workspace(setup), limits.max_path_length)
+    dest, shown = local_dest(args["dest"], _workspace(setup), limits.max_path_length)
     cap = limits.max_copy
     subject = file_subject(path, name)
     with about(subject):
@@ -109,8 +110,8 @@ async def _download_file(
             raise _too_large(subject, exc.size, cap) from None
     return {
         "sandbox": name,
-        "path": path,
-        "local_path": shown,
+        "remote": path,
+        "dest": shown,
         "bytes": result.size,
         "sha256": result.sha256,
     }
@@ -121,12 +122,13 @@ DOWNLOAD_FILE = Definition(
     title="Download a file",
     description=(
         "Copy a file from a sandbox into the local workspace, replacing the local file if "
-        "it exists (missing local directories are made). path is relative to {root} or "
-        "absolute under it; local_path is relative to the workspace. At most {max_copy}. "
+        "it exists (missing local directories are made). remote is relative to {root} or "
+        "absolute under it; dest is relative to the workspace. At most {max_copy}. "
         "The file lands whole or not at all; after a retryable error, calling again "
         "resumes. Returns bytes and sha256."
     ),
     schema=_download_schema,
+    renamed={"path": "remote", "local_path": "dest"},
     run=_download_file,
     read_only=False,
     destructive=True,

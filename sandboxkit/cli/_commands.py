@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 import sandboxkit
-from sandboxkit._core.validation import MAX_CPU, MAX_DESCRIPTION, MAX_DISK_MB, MAX_MEMORY_MB
+from sandboxkit.rules import MAX_CPU, MAX_DESCRIPTION, MAX_DISK_MB, MAX_MEMORY_MB
 
 from ._app import Settings, renamed_option
 from ._emulator import emulator
