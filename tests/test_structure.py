@@ -340,3 +340,19 @@ def test_environment_variable_names_live_in_one_module() -> None:
     test_suites = {"SANDBOXKIT_RUN_SLOW", "SANDBOXKIT_TEST_LOOP"}  # tests/conftest.py's
     assert mentioned - test_suites <= defined, mentioned - test_suites - defined
     assert len(defined) == 8
+
+
+def test_the_cli_reaches_no_private_layer_but_the_environment_names() -> None:
+    """The CLI imports nothing of `sandboxkit._core`, `_http` or `_transfer` (it is built on
+    the public API) but the names of the environment variables it reads."""
+    for path in sorted((ROOT / "cli").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                found = [node.module] if node.module != "sandboxkit._core" else []
+                found += [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                found = [a.name for a in node.names]
+            else:
+                continue
+            private = {n for n in found if n.startswith("sandboxkit._")}
+            assert private <= {"sandboxkit._core.environment"}, (path.name, private)
