@@ -21,8 +21,10 @@ from typing import Any
 import attrs
 import click
 import pytest
+from click.testing import CliRunner
 
 import sandboxkit
+import sandboxkit.agents
 import sandboxkit.emulator
 from sandboxkit import rules, sync
 from sandboxkit._core import operations as ops
@@ -365,3 +367,25 @@ def _command_line(path: str, command: click.Command) -> str:
         elif not getattr(param, "hidden", False):
             words.append(shown(param))
     return " ".join(words)
+
+
+async def test_one_resources_helper_for_the_cli_and_the_tools(every_tool: Toolkit) -> None:
+    """`resources_from` maps the parts to a template's resources; the tool and the CLI go
+    through it, so both name the same missing parts (the CLI as options), before anything
+    is sent."""
+    assert sandboxkit.resources_from(product="sku-1") == sandboxkit.PresetResources("sku-1")
+    custom = sandboxkit.resources_from(cpu_count=1, memory_mb=2, disk_size_mb=3)
+    assert custom == sandboxkit.CustomResources(cpu_count=1, memory_mb=2, disk_size_mb=3)
+    with pytest.raises(sandboxkit.ValidationError, match="not both"):
+        sandboxkit.resources_from(product="sku-1", disk_size_mb=3)
+    with pytest.raises(sandboxkit.ValidationError, match=r"missing: memory_mb, disk_size_mb\)$"):
+        sandboxkit.resources_from(cpu_count=1)
+    with pytest.raises(sandboxkit.agents.ToolError, match=r"missing: memory_mb, disk_size_mb"):
+        await every_tool.call("create_template", {"name": "t", "cpu_count": 1})
+    result = CliRunner().invoke(
+        cli,
+        ["templates", "create", "t", "--cpu-count", "1", "--api-key", "k"],
+        env={"SANDBOXKIT_BASE_URL": "http://console.invalid"},
+    )
+    assert result.exit_code == 2
+    assert "(missing: --memory-mb, --disk-size-mb)" in result.stderr
