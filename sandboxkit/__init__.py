@@ -71,6 +71,7 @@ __all__ = [
     "PayloadTooLargeError",
     "PermissionDeniedError",
     "PresetResources",
+    "Progress",
     "ProxyError",
     "QuotaExceededError",
     "RangeNotSatisfiableError",
@@ -84,6 +85,7 @@ __all__ = [
     "RetryPolicy",
     "Sandbox",
     "SandboxKitError",
+    "SandboxRef",
     "ServiceUnavailableError",
     "ShellResult",
     "TLSHandshakeError",
@@ -95,11 +97,13 @@ __all__ = [
     "TransportError",
     "UnprocessableEntityError",
     "UnsupportedMediaTypeError",
+    "UploadResult",
     "V1Template",
     "ValidationDetail",
     "ValidationError",
     "__version__",
     "find_partial",
+    "resources_from",
     "ssh_env",
 ]
 
@@ -164,6 +168,7 @@ _LAZY = {
     "PayloadTooLargeError": ".errors",
     "PermissionDeniedError": ".errors",
     "PresetResources": ".models",
+    "Progress": "._core.options",
     "ProxyError": ".errors",
     "QuotaExceededError": ".errors",
     "RangeNotSatisfiableError": ".errors",
@@ -176,9 +181,11 @@ _LAZY = {
     "RetryEvent": "._core.events",
     "RetryPolicy": "._core.options",
     "Sandbox": ".resources.sandbox",
+    "SandboxRef": ".resources.sandbox",
     "SandboxKitError": ".errors",
     "ServiceUnavailableError": ".errors",
     "ShellResult": ".models",
+    "resources_from": "._core.validation",
     "ssh_env": ".resources.v1_infra",
     "TemplateCreated": ".models",
     "TemplateCredential": ".models",
@@ -189,6 +196,7 @@ _LAZY = {
     "TransportError": ".errors",
     "UnprocessableEntityError": ".errors",
     "UnsupportedMediaTypeError": ".errors",
+    "UploadResult": ".models",
     "V1Template": ".models",
     "ValidationDetail": ".errors",
     "ValidationError": ".errors",
@@ -197,7 +205,8 @@ _LAZY = {
 if TYPE_CHECKING:
     from ._client_config import ClientConfig
     from ._core.events import RequestEvent, ResponseEvent, RetryEvent
-    from ._core.options import Limits, ParallelDownloads, RetryPolicy, Timeout
+    from ._core.options import Limits, ParallelDownloads, Progress, RetryPolicy, Timeout
+    from ._core.validation import resources_from
     from ._transfer.partial import PartialDownload, find_partial
     from .client import Client
     from .errors import (
@@ -269,10 +278,11 @@ if TYPE_CHECKING:
         TemplateCredential,
         TemplateStatus,
         TextPage,
+        UploadResult,
         V1Template,
     )
     from .resources._common import AsyncStream
-    from .resources.sandbox import Sandbox
+    from .resources.sandbox import Sandbox, SandboxRef
     from .resources.v1_infra import ssh_env
 else:  # hidden from type checkers, which would otherwise accept any name as sandboxkit.X
 

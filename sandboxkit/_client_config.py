@@ -18,11 +18,9 @@ from typing import Any
 
 import attrs
 
+from ._core import environment as env
 from ._core.events import RequestEvent, ResponseEvent, RetryEvent
 from ._core.options import (
-    API_KEY_ENV,
-    BASE_URL_ENV,
-    DATA_PLANE_SCHEME_ENV,
     Limits,
     ParallelDownloads,
     RetryPolicy,
@@ -203,9 +201,9 @@ class ClientConfig:
         Raises:
             ValidationError: `SANDBOXKIT_DATA_PLANE_SCHEME` is set to neither http nor https.
         """
-        options.setdefault("api_key", os.environ.get(API_KEY_ENV))
-        options.setdefault("base_url", os.environ.get(BASE_URL_ENV))
-        if "data_plane_scheme" not in options and os.environ.get(DATA_PLANE_SCHEME_ENV):
+        options.setdefault("api_key", os.environ.get(env.API_KEY))
+        options.setdefault("base_url", os.environ.get(env.BASE_URL))
+        if "data_plane_scheme" not in options and os.environ.get(env.DATA_PLANE_SCHEME):
             options["data_plane_scheme"] = resolve_data_plane_scheme(None)
         return cls(**options)
 

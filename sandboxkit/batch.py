@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import time
 import warnings
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -29,8 +29,8 @@ import attrs
 from ._core.validation import check_remote_path
 from ._transfer.partial import clear_leftovers
 from .errors import ValidationError
-from .models import DownloadResult, FileEntry
-from .resources.sandbox import address_from_response
+from .models import DownloadResult, UploadResult
+from .resources.sandbox import SandboxRef
 
 if TYPE_CHECKING:
     from .client import Client
@@ -41,7 +41,7 @@ __all__ = [
     "BatchSummary",
     "DownloadJob",
     "JobOutcome",
-    "Progress",
+    "JobProgress",
     "SandboxRef",
     "UploadJob",
     "check_job",
@@ -50,30 +50,7 @@ __all__ = [
 ]
 
 J = TypeVar("J", "DownloadJob", "UploadJob")
-R = TypeVar("R", DownloadResult, FileEntry)
-
-
-@attrs.frozen
-class SandboxRef:
-    """Names one sandbox: its key, its domain and its access token (never shown in `repr`)."""
-
-    sandbox_key: str
-    domain: str
-    access_token: str = attrs.field(repr=False)
-
-    @classmethod
-    def from_response(cls, body: Mapping[str, Any]) -> SandboxRef:
-        """The sandbox a create/connect answer names, read as `client.sandbox_from_response`
-        reads it: `data.sandbox_key`, `data.domain`, and `sandbox_access_token` under `data`
-        or at the top level.
-
-        Raises:
-            ValidationError: the answer is not a mapping, lacks one of the three (named), or
-                holds one that is not usable (an empty or multi-line value, a key or domain
-                that is not a plain host name part).
-        """
-        address = address_from_response(body)
-        return cls(address.sandbox_key, address.domain, address.access_token)
+R = TypeVar("R", DownloadResult, UploadResult)
 
 
 def _to_path(value: str | os.PathLike[str]) -> Path:
@@ -223,8 +200,22 @@ class BatchResult(Generic[J, R]):
         return not self.failures
 
 
-Progress = Callable[[int, int, JobOutcome[Any, Any]], object]
-"""Called after each finished job with (finished so far, total, that job's outcome)."""
+JobProgress = Callable[[int, int, JobOutcome[Any, Any]], object]
+"""Called after each finished job with (finished so far, total, that job's outcome). Not a
+transfer's `sandboxkit.Progress` (bytes): a batch counts jobs."""
+
+
+def __getattr__(name: str) -> Any:
+    # `batch.Progress` was this type's name until it met `sandboxkit.Progress`, the bytes one.
+    if name == "Progress":
+        warnings.warn(
+            "sandboxkit.batch.Progress is now sandboxkit.batch.JobProgress (sandboxkit.Progress "
+            "is a transfer's); `batch.Progress` will be removed",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return JobProgress
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 async def download_many(
@@ -232,7 +223,7 @@ async def download_many(
     jobs: Iterable[DownloadJob],
     *,
     concurrency: int = 256,
-    progress: Progress | None = None,
+    progress: JobProgress | None = None,
     checksum: bool = True,
     skip_existing: bool = False,
     resume: bool = True,
@@ -289,8 +280,8 @@ async def upload_many(
     jobs: Iterable[UploadJob],
     *,
     concurrency: int = 256,
-    progress: Progress | None = None,
-) -> BatchResult[UploadJob, FileEntry]:
+    progress: JobProgress | None = None,
+) -> BatchResult[UploadJob, UploadResult]:
     """Upload every job's local file or bytes, at most `concurrency` at a time.
 
     There is no `skip_existing` here: the data plane shows no way to learn whether a remote
@@ -310,24 +301,18 @@ async def upload_many(
             sent.
     """
     todo = _check_jobs(client, jobs, UploadJob, concurrency)
-    sizes = _source_sizes(todo)
 
-    attempts = 0  # the POSTs of the uploads that succeeded, as downloads count theirs
-
-    async def run(sandbox: Sandbox, job: UploadJob) -> FileEntry:
-        nonlocal attempts
-        tries = [0]
-        entry = await sandbox.files._upload_counted(job.remote, job.source, tries=tries)
-        attempts += tries[0]
-        return entry
+    async def run(sandbox: Sandbox, job: UploadJob) -> UploadResult:
+        return await sandbox.files.upload(job.remote, job.source)
 
     outcomes, elapsed = await _run_all(todo, run, concurrency, progress)
-    done = [o for o in outcomes if o.error is None]
+    done = [o.result for o in outcomes if o.result is not None]
+    attempts = sum(r.attempts for r in done)  # the POSTs of the uploads that succeeded
     summary = BatchSummary(
         total=len(outcomes),
         done=len(done),
         failed=len(outcomes) - len(done),
-        bytes=sum(size for o, size in zip(outcomes, sizes, strict=True) if o.error is None),
+        bytes=sum(r.size for r in done),
         attempts=attempts,
         retries=attempts - len(done),
         resumes=0,  # an upload never resumes: a retry sends the whole file again
@@ -376,14 +361,6 @@ def check_job(job: object, kind: type[DownloadJob] | type[UploadJob]) -> None:
         raise ValidationError("sandbox must be a sandboxkit.batch.SandboxRef")
 
 
-def _source_sizes(todo: Sequence[tuple[Sandbox, UploadJob]]) -> list[int]:
-    # Measured before sending, in job order: FileEntry does not report a size, the source does.
-    return [
-        len(job.source) if isinstance(job.source, bytes) else job.source.stat().st_size
-        for _, job in todo
-    ]
-
-
 def _check_local(job: DownloadJob | UploadJob, seen: dict[Path, int], index: int) -> None:
     local = job.dest if isinstance(job, DownloadJob) else job.source
     if isinstance(local, bytes):
@@ -407,7 +384,7 @@ async def _run_all(
     todo: Sequence[tuple[Sandbox, J]],
     run: Callable[[Sandbox, J], Awaitable[R | None]],
     concurrency: int,
-    progress: Progress | None,
+    progress: JobProgress | None,
 ) -> tuple[list[JobOutcome[J, R]], float]:
     started = time.monotonic()
     outcomes: list[JobOutcome[J, R] | None] = [None] * len(todo)

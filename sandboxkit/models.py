@@ -53,6 +53,7 @@ __all__ = [
     "TemplateCredential",
     "TemplateStatus",
     "TextPage",
+    "UploadResult",
     "V1Template",
 ]
 
@@ -256,6 +257,29 @@ class DownloadResult:
     attempts: int
     resumes: int
     elapsed: float = attrs.field(repr=lambda seconds: f"{seconds:.3f}")  # seconds, shown rounded
+
+
+@attrs.frozen(slots=False)
+class UploadResult:
+    """What `files.upload` wrote: the file the service reports (`path`, `name`, `type`, the
+    fields of the `FileEntry` upload returned before), and how it went.
+
+    Attributes:
+        path: the file's path in the sandbox, as the service reports it.
+        name: its base name.
+        type: what the service calls it (`file`).
+        size: the bytes sent (the body of the POST that succeeded).
+        attempts: the POSTs sent, the one that succeeded included: a retry sends the whole
+            file again (an upload never resumes).
+        elapsed: seconds, from the call to the service's answer.
+    """
+
+    path: str
+    name: str
+    type: str
+    size: int
+    attempts: int
+    elapsed: float = attrs.field(repr=lambda seconds: f"{seconds:.3f}")  # shown rounded
 
 
 # The records of bounded reads (`files.read_range`, `files.read_text`). Offsets are byte

@@ -42,6 +42,21 @@ def test_a_ref_takes_the_token_at_the_top_level_too() -> None:
     assert pickle.loads(pickle.dumps(batch.SandboxRef.from_response(body))).access_token == "t"
 
 
+def test_one_address_type_and_the_old_progress_name() -> None:
+    """`batch.SandboxRef` is `sandboxkit.SandboxRef`, the one address type (what
+    `from_response` returns is exactly it); `batch.Progress`, the old name of a batch's job
+    callback, still answers, with a DeprecationWarning naming `JobProgress`."""
+    assert batch.SandboxRef is sandboxkit.SandboxRef
+    body = {"data": {"sandbox_key": "k1", "domain": "d", "sandbox_access_token": "t"}}
+    assert type(sandboxkit.SandboxRef.from_response(body)) is sandboxkit.SandboxRef
+    with pytest.warns(DeprecationWarning, match="batch.JobProgress"):
+        old = batch.Progress
+    assert old is batch.JobProgress
+    assert batch.JobProgress is not sandboxkit.Progress  # jobs, not bytes
+    with pytest.raises(AttributeError):
+        _ = batch.NoSuchName
+
+
 @pytest.mark.parametrize(
     ("body", "message"),
     [

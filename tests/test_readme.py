@@ -132,9 +132,9 @@ assert found == [f"line {i} ERROR é" for i in range(0, 30_000, 1000)], found
 import json
 body = portal.call(emu.create_sandbox)
 calls = [
-    ("write_file", json.dumps({"sandbox": "dev", "path": "notes.txt", "content": "hi"})),
-    ("read_file", json.dumps({"sandbox": "dev", "path": "notes.txt"})),
-    ("read_file", json.dumps({"sandbox": "dev", "path": "../../etc/passwd"})),
+    ("write_file", json.dumps({"sandbox": "dev", "remote": "notes.txt", "content": "hi"})),
+    ("read_file", json.dumps({"sandbox": "dev", "remote": "notes.txt"})),
+    ("read_file", json.dumps({"sandbox": "dev", "remote": "../../etc/passwd"})),
 ]
 
 async def drive():

@@ -23,7 +23,7 @@ ROOT = Path(sandboxkit.__file__).parent
 # its own layer and those below it, never one above (see ARCHITECTURE.md). A dotted name
 # places a folder or one module; the longest matching name decides.
 LAYERS: list[tuple[str, ...]] = [
-    ("errors", "models", "_version"),
+    ("errors", "models", "rules", "_version"),
     ("_core",),  # pure: never awaits, imports no I/O library
     ("_http",),  # the only aiohttp boundary
     ("_transfer",),  # the engines over one sandbox's data plane
@@ -356,3 +356,62 @@ def test_a_bind_to_a_fixed_port_is_recorded_for_no_fixed_port() -> None:
         sys.audit("socket.bind", v6, ("::1", 8000, 0, 0))
         v4.bind(("127.0.0.1", 0))
     assert take_fixed_binds() == [("127.0.0.1", 8787), ("::1", 8000)]
+
+
+def _code_strings(tree: ast.AST) -> list[str]:
+    """The string constants of a module that are not docstrings (f-strings' pieces
+    included)."""
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and id(node) not in docstrings
+    ]
+
+
+def test_environment_variable_names_live_in_one_module() -> None:
+    """No module but `_core/environment.py` spells out a `SANDBOXKIT_` variable in its
+    code (docstrings may name them); and every name mentioned anywhere (docstrings, the
+    README) is one it defines."""
+    from sandboxkit._core import environment
+
+    spelled = [
+        module
+        for module, path in modules()
+        if module != "_core.environment"
+        and any(environment.PREFIX in text for text in _code_strings(ast.parse(path.read_text())))
+    ]
+    assert spelled == []
+    defined = {getattr(environment, name) for name in environment.__all__ if name.isupper()} - {
+        environment.PREFIX
+    }
+    texts = [path.read_text() for _, path in modules()] + [(ROOT.parent / "README.md").read_text()]
+    mentioned = {m for text in texts for m in re.findall(r"\bSANDBOXKIT_[A-Z_]*[A-Z]\b", text)}
+    test_suites = {"SANDBOXKIT_RUN_SLOW", "SANDBOXKIT_TEST_LOOP"}  # tests/conftest.py's
+    assert mentioned - test_suites <= defined, mentioned - test_suites - defined
+    assert len(defined) == 8
+
+
+def test_the_cli_reaches_no_private_layer_but_the_environment_names() -> None:
+    """The CLI imports nothing of `sandboxkit._core`, `_http` or `_transfer` (it is built on
+    the public API) but the names of the environment variables it reads."""
+    for path in sorted((ROOT / "cli").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                found = [node.module] if node.module != "sandboxkit._core" else []
+                found += [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                found = [a.name for a in node.names]
+            else:
+                continue
+            private = {n for n in found if n.startswith("sandboxkit._")}
+            assert private <= {"sandboxkit._core.environment"}, (path.name, private)

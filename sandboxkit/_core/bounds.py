@@ -36,10 +36,12 @@ __all__ = [
     "MIN_TEXT_LENGTH",
     "PageState",
     "check_codec",
+    "check_counted",
     "check_length",
     "check_max_size",
     "check_offset",
     "decode_page",
+    "stop_under_cap",
     "too_large",
 ]
 
@@ -129,6 +131,28 @@ def too_large(
             operation=ops.FILES_DOWNLOAD,
         )
     return None
+
+
+def stop_under_cap(size: int | None, max_size: int | None) -> int | None:
+    """Where a whole download under `max_size` (None: no cap) stops reading an answer's body,
+    told the `size` its head shows: nowhere within the cap (None); one byte past the cap
+    when it shows none (that byte tells a file over it: `too_large` with the bytes counted).
+
+    Raises:
+        FileTooLargeError: the size shown is over the cap: before the body, none of it read.
+    """
+    if max_size is None:
+        return None
+    if error := too_large(size, 0, max_size):
+        raise error
+    return max_size + 1 if size is None else None
+
+
+def check_counted(counted: int, max_size: int | None) -> None:
+    """After a whole download under `max_size` whose answers showed no size (`stop_under_cap`
+    stopped it one byte past the cap): FileTooLargeError if the bytes `counted` passed it."""
+    if max_size is not None and (error := too_large(None, 0, max_size, counted)):
+        raise error
 
 
 def decode_page(

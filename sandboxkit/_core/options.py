@@ -17,11 +17,9 @@ from urllib.parse import urlsplit
 import attrs
 
 from ..errors import ValidationError
+from . import environment as env
 
 __all__ = [
-    "API_KEY_ENV",
-    "BASE_URL_ENV",
-    "DATA_PLANE_SCHEME_ENV",
     "NO_OPTIONS",
     "ApiKeyFunction",
     "Bearer",
@@ -29,6 +27,7 @@ __all__ = [
     "KeyFunction",
     "Limits",
     "ParallelDownloads",
+    "Progress",
     "RetryPolicy",
     "Timeout",
     "at_least",
@@ -40,13 +39,14 @@ __all__ = [
     "seconds",
 ]
 
-API_KEY_ENV = "SANDBOXKIT_API_KEY"
-BASE_URL_ENV = "SANDBOXKIT_BASE_URL"
-DATA_PLANE_SCHEME_ENV = "SANDBOXKIT_DATA_PLANE_SCHEME"
-
 
 ApiKeyFunction = Callable[[], str] | Callable[[], Awaitable[str]]
 """A function of no arguments returning the current API key (an async one is awaited)."""
+
+Progress = Callable[[int, int | None], object]
+"""A transfer's progress callback, the one type every surface takes (`files.download` and
+`upload`, the agent tools' copies): called as `progress(done_bytes, total_or_None)` as bytes
+move, on the event loop; whatever it returns is ignored."""
 
 
 @attrs.frozen(repr=False)
@@ -121,17 +121,17 @@ def resolve_api_key(api_key: str | ApiKeyFunction | None) -> Bearer | KeyFunctio
     if api_key is not None and not isinstance(api_key, str):
         check_key_function(api_key, "api_key")
         return KeyFunction(api_key)
-    value = api_key if api_key is not None else os.environ.get(API_KEY_ENV)
+    value = api_key if api_key is not None else os.environ.get(env.API_KEY)
     if not value or not value.strip():
-        raise ValidationError(f"no API key: pass api_key= or set {API_KEY_ENV}")
+        raise ValidationError(f"no API key: pass api_key= or set {env.API_KEY}")
     return bearer_of(value, "api_key")
 
 
 def resolve_base_url(base_url: str | None) -> str:
     """The console URL given, else `$SANDBOXKIT_BASE_URL`, without a trailing slash."""
-    value = base_url if base_url is not None else os.environ.get(BASE_URL_ENV)
+    value = base_url if base_url is not None else os.environ.get(env.BASE_URL)
     if not value or not value.strip():
-        raise ValidationError(f"no base URL: pass base_url= or set {BASE_URL_ENV}")
+        raise ValidationError(f"no base URL: pass base_url= or set {env.BASE_URL}")
     parts = urlsplit(value.strip())
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ValidationError(f"base_url must be an http(s) URL, got {value!r}")
@@ -151,11 +151,11 @@ def resolve_data_plane_scheme(scheme: str | None) -> str:
         if scheme not in ("http", "https"):
             raise ValidationError(f"data_plane_scheme must be 'http' or 'https', got {scheme!r}")
         return scheme
-    value = os.environ.get(DATA_PLANE_SCHEME_ENV, "").strip().lower()
+    value = os.environ.get(env.DATA_PLANE_SCHEME, "").strip().lower()
     if not value:
         return "https"
     if value not in ("http", "https"):
-        raise ValidationError(f"{DATA_PLANE_SCHEME_ENV} must be http or https, got {value!r}")
+        raise ValidationError(f"{env.DATA_PLANE_SCHEME} must be http or https, got {value!r}")
     return value
 
 

@@ -14,6 +14,17 @@ from typing import Any
 
 from .. import models
 from ..errors import ValidationError
+from ..rules import (
+    MAX_CPU,
+    MAX_DESCRIPTION,
+    MAX_DISK_MB,
+    MAX_IDEMPOTENCY_KEY,
+    MAX_IMAGE_FILTER,
+    MAX_LOG_LIMIT,
+    MAX_MEMORY_MB,
+    MAX_PAGE_SIZE,
+    MAX_TEMPLATE_NAME,
+)
 from .options import Timeout
 
 __all__ = [
@@ -41,20 +52,13 @@ __all__ = [
     "check_username",
     "check_uuid",
     "check_wait",
+    "resources_from",
 ]
 
-TEMPLATE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+TEMPLATE_NAME = re.compile(rf"[A-Za-z0-9_-]{{1,{MAX_TEMPLATE_NAME}}}")
 # Printable ASCII without whitespace is exactly 0x21..0x7E.
-IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,64}")
+IDEMPOTENCY_KEY = re.compile(rf"[\x21-\x7e]{{1,{MAX_IDEMPOTENCY_KEY}}}")
 IMAGE_FILTER = re.compile(r"[A-Za-z0-9._-]+")
-MAX_IMAGE_FILTER = 256
-
-MAX_DESCRIPTION = 256
-MAX_CPU = 16
-MAX_MEMORY_MB = 65536
-MAX_DISK_MB = 65536
-MAX_PAGE_SIZE = 100
-MAX_LOG_LIMIT = 100
 API_KEY_SCOPES = ("ie_model", "ce_resource")
 
 
@@ -130,6 +134,39 @@ def check_resources(resources: Any) -> models.Resources:
         "resources",
         "must be sandboxkit.CustomResources or sandboxkit.PresetResources (exactly one form)",
         resources,
+    )
+
+
+def resources_from(
+    *,
+    cpu_count: int | None = None,
+    memory_mb: int | None = None,
+    disk_size_mb: int | None = None,
+    product: str | None = None,
+) -> models.Resources:
+    """A template's `resources` from its parts, as the CLI's options and the agent tools'
+    arguments give them: `PresetResources(product)`, or `CustomResources` of all three
+    sizes (their bounds are checked where the resources are used, `check_resources`).
+
+    Raises:
+        ValidationError: both forms, or some of the sizes only (named by these parameters'
+            names, which the CLI's options spell `--cpu-count`...).
+    """
+    sizes = {"cpu_count": cpu_count, "memory_mb": memory_mb, "disk_size_mb": disk_size_mb}
+    missing = [name for name, value in sizes.items() if value is None]
+    if product is not None:
+        if len(missing) < len(sizes):
+            raise ValidationError(
+                "give either product or cpu_count, memory_mb and disk_size_mb, not both"
+            )
+        return models.PresetResources(product=product)
+    if cpu_count is None or memory_mb is None or disk_size_mb is None:
+        raise ValidationError(
+            "give cpu_count, memory_mb and disk_size_mb together, or product (missing: "
+            f"{', '.join(missing)})"
+        )
+    return models.CustomResources(
+        cpu_count=cpu_count, memory_mb=memory_mb, disk_size_mb=disk_size_mb
     )
 
 

@@ -19,6 +19,7 @@ import attrs
 from anyio.streams.memory import MemoryObjectSendStream
 
 from .._core import operations as ops
+from .._core.bounds import check_counted, stop_under_cap
 from .._core.options import CallOptions, Timeout
 from .._core.protocol import (
     ACCEPT_RANGES,
@@ -319,6 +320,7 @@ async def download_to_file(
     progress: Progress | None,
     resume: bool,
     keep_partial: bool,
+    max_size: int | None = None,
 ) -> DownloadResult:
     """Download into `dest`'s partial file, renamed into place only when complete.
 
@@ -328,6 +330,12 @@ async def download_to_file(
     partial file for the next download of the same file to continue, and with
     `keep_partial` so does any failure or cancellation; otherwise it is removed.
     """
+
+    def on_stream(now: ResumeState) -> int | None:
+        stop = stop_under_cap(now.total, max_size)
+        part.record(now.total, now.ranges_supported, now.validators)
+        return stop
+
     clock = request.plane.calls.clock
     started = clock()
     # Opened (and locked) on the loop on purpose: an open in a worker thread could finish
@@ -341,8 +349,9 @@ async def download_to_file(
             sink,
             progress,
             state=await continue_part(sink, part),
-            on_stream=lambda now: part.record(now.total, now.ranges_supported, now.validators),
+            on_stream=on_stream,
         )
+        check_counted(state.position, max_size)
         await sink.commit(part.path, dest)
         part.discard()  # the sidecar; the part itself is `dest` now
     except BaseException as exc:

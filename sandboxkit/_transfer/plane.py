@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import attrs
 
 from .._core.answers import Reply
-from .._core.options import NO_OPTIONS, CallOptions, Timeout
+from .._core.options import NO_OPTIONS, CallOptions, Progress, Timeout
 from .._core.protocol import is_idempotent
 from .._core.retry import TryAgain
 from .._core.validation import check_remote_path
@@ -31,8 +31,6 @@ from ..errors import ValidationError
 __all__ = ["REPLY_LIMIT", "DataPlane", "Progress", "check_chunk_size", "check_destination"]
 
 T = TypeVar("T")
-# `progress(done_bytes, total_or_None)`; whatever it returns is ignored.
-Progress = Callable[[int, int | None], object]
 # A JSON answer is a few KiB; anything near this size is not one the interface shows.
 REPLY_LIMIT = 1 << 20
 

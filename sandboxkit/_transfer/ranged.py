@@ -41,6 +41,7 @@ from typing import Any
 import anyio
 import attrs
 
+from .._core.bounds import check_counted, stop_under_cap
 from .._core.options import ParallelDownloads, Timeout
 from .._core.protocol import FILES_PATH, range_headers
 from .._core.resume import Action, ResumeState, Validators
@@ -49,7 +50,7 @@ from .._core.slices import Span, far_enough, judge_slice, missing, split
 from .._http.bodies import StreamingResponse
 from .._http.cancel import raise_held, wait_through_cancels
 from .._http.links import UNKNOWN, LinkInfo
-from ..errors import APITimeoutError, ResponseDecodeError, SandboxKitError, ValidationError
+from ..errors import APITimeoutError, ResponseDecodeError, SandboxKitError
 from ..models import DownloadResult
 from .download import OPERATION, Request, _part_of, continue_part, fetch, let_go, response_info
 from .file_sink import FileSink, Piece
@@ -57,19 +58,12 @@ from .inplace import InPlace, Ledger, Writer
 from .partial import PartFile, open_part
 from .plane import DataPlane, Progress
 
-__all__ = ["check_parts", "download_to_file"]
+__all__ = ["download_to_file"]
 
 logger = logging.getLogger("sandboxkit")
 
 PIECES_PER_PART = 4  # pieces per connection: the slowest holds the end back by one piece
 MIN_PIECE = 8 << 20  # below this a piece's extra request costs more than it brings
-
-
-def check_parts(parts: Any) -> int:
-    """`parts` of `files.download`: an integer >= 1."""
-    if not isinstance(parts, int) or isinstance(parts, bool) or parts < 1:
-        raise ValidationError(f"parts={parts!r}: must be an integer >= 1")
-    return parts
 
 
 class _Restart(Exception):
@@ -141,6 +135,7 @@ class _Run:
     parallel: ParallelDownloads
     checksum: bool
     progress: Progress | None
+    max_size: int | None = None
     attempts: int = 0
     resumes: int = 0
     file: InPlace | None = None  # once split
@@ -214,6 +209,7 @@ class _Run:
         ):
             # A part an earlier download wrote in slices (so the link was long enough):
             # fetch only its gaps, in slices again.
+            stop_under_cap(part.total, self.max_size)
             self._continued = {end for _, end in part.done if end < part.total}
             self._validators = part.validators
             self._begin_split(part.total, part.done, self.parallel.parts)
@@ -243,6 +239,7 @@ class _Run:
         timed = _TimedPlane(plane.calls, plane.host)
 
         def on_stream(now: ResumeState) -> int | None:
+            stop = stop_under_cap(now.total, self.max_size)
             if self._stop is not None:
                 return self._stop  # a resumed first answer still stops at its piece's end
             total = now.total
@@ -264,7 +261,7 @@ class _Run:
                     switch.writer = self._writer(0)
                     return self._stop
             self.part.record(total, now.ranges_supported, now.validators)
-            return None
+            return stop
 
         def progress(done: int, total: int | None) -> None:
             if self.file is None and self.progress is not None:
@@ -406,6 +403,7 @@ async def download_to_file(
     resume: bool,
     keep_partial: bool,
     parallel: ParallelDownloads,
+    max_size: int | None = None,
 ) -> DownloadResult:
     """`_download.download_to_file`, split into parallel slices where it pays (see above),
     with the same promises: `dest` appears whole or not at all, and a failure or cancellation
@@ -415,12 +413,13 @@ async def download_to_file(
     started = clock()
     part = open_part(dest, _part_of(request), resume=resume, sliced=True)
     sink = FileSink(part.handle, checksum)
-    run = _Run(request, part, sink, parallel, checksum, progress)
+    run = _Run(request, part, sink, parallel, checksum, progress, max_size)
     total_time = (request.options.timeout or request.plane.calls.timeout).total
     try:
         try:
             with anyio.fail_after(total_time):
                 size, sha256 = await run.run()
+            check_counted(size, max_size)
         except TimeoutError as exc:
             raise APITimeoutError(
                 f"{OPERATION}: no success within the call's total timeout of {total_time}s",

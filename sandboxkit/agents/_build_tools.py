@@ -11,6 +11,7 @@ from typing import Any
 
 from .. import errors
 from ..models import Build, LogLevel
+from ..rules import MAX_LOG_LIMIT
 from ._errors import ErrorCode, ToolError, about
 from ._file_tools import MAX_OFFSET
 from ._schema import integer, number, obj, string
@@ -24,8 +25,6 @@ __all__ = [
     "build_json",
 ]
 
-# The service's own bound on log entries per request (interface: 1-100).
-_SERVICE_LOG_PAGE = 100
 _ID = {"minLength": 1, "maxLength": 256}
 
 
@@ -166,7 +165,10 @@ def _logs_schema(setup: Setup) -> dict[str, Any]:
                 default=0,
             ),
             "limit": integer(
-                "The most entries to return.", minimum=1, maximum=most, default=min(100, most)
+                "The most entries to return.",
+                minimum=1,
+                maximum=most,
+                default=min(MAX_LOG_LIMIT, most),
             ),
             "level": string(
                 "Only entries of this level (offsets then count these entries only).",
@@ -191,7 +193,7 @@ async def _read_build_logs(
             build_id,
             level=args.get("level"),
             offset=offset,
-            limit=min(_SERVICE_LOG_PAGE, limit + 1),
+            limit=min(MAX_LOG_LIMIT, limit + 1),
         )
         async with stream:
             async for entry in stream:

@@ -2,8 +2,9 @@
 
 Local paths are relative to the workspace and stay in it (`_paths`: links leading out are
 refused, a download never writes through one). Sizes are bounded by `ToolLimits.max_copy`:
-an upload by its file's size before anything is sent, a download by the size the service
-announces, or by the bytes that came when it announces none. A download lands whole or not
+an upload by its file's size before anything is sent, a download by `files.download`'s
+`max_size` (the size the service announces, or the bytes that came when it announces
+none). A download lands whole or not
 at all (the SDK writes a partial file beside it and renames it into place); one stopped
 by a failure the next call may not meet keeps its partial file, so calling again resumes.
 """
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
+import sandboxkit
 
 from ._errors import ErrorCode, ToolError, about
 from ._file_tools import file_subject, path_arg, sandbox_arg, sandbox_file
@@ -40,10 +43,10 @@ def _upload_schema(setup: Setup) -> dict[str, Any]:
     return obj(
         {
             "sandbox": sandbox_arg(setup),
-            "local_path": _local_arg("The local file to send"),
-            "path": path_arg(setup, "Where to write it (replaced if it exists)"),
+            "source": _local_arg("The local file to send"),
+            "remote": path_arg(setup, "Where to write it (replaced if it exists)"),
         },
-        required=("sandbox", "local_path", "path"),
+        required=("sandbox", "source", "remote"),
     )
 
 
@@ -52,14 +55,14 @@ async def _upload_file(
 ) -> dict[str, Any]:
     name, sandbox, path = sandbox_file(setup, args)
     limits = setup.limits
-    source = local_source(args["local_path"], _workspace(setup), limits.max_path_length)
+    source = local_source(args["source"], _workspace(setup), limits.max_path_length)
     with source.handle:
         if source.size > limits.max_copy:
             raise _too_large(f"Local file {source.shown!r}", source.size, limits.max_copy)
         hints = {ErrorCode.NOT_FOUND: "Its directory must exist in the sandbox first."}
         with about(f"Uploading {source.shown!r} to {path} in sandbox {name!r}", hints):
             await sandbox.files.upload(path, source.handle, progress=progress)
-    return {"sandbox": name, "local_path": source.shown, "path": path, "bytes": source.size}
+    return {"sandbox": name, "source": source.shown, "remote": path, "bytes": source.size}
 
 
 UPLOAD_FILE = Definition(
@@ -67,11 +70,12 @@ UPLOAD_FILE = Definition(
     title="Upload a local file",
     description=(
         "Copy a file from the local workspace into a sandbox, replacing the sandbox file "
-        "if it exists (its directory must exist). local_path is relative to the "
-        "workspace; path is relative to {root} or absolute under it. At most {max_copy}. "
+        "if it exists (its directory must exist). source is relative to the "
+        "workspace; remote is relative to {root} or absolute under it. At most {max_copy}. "
         "Returns the bytes sent."
     ),
     schema=_upload_schema,
+    renamed={"local_path": "source", "path": "remote"},
     run=_upload_file,
     read_only=False,
     destructive=True,
@@ -80,23 +84,14 @@ UPLOAD_FILE = Definition(
 )
 
 
-class _OverCap(Exception):
-    """Raised from the download's progress callback to stop it: the size passed the cap
-    (`size`: the announced size, None when none was)."""
-
-    def __init__(self, size: int | None) -> None:
-        super().__init__(size)
-        self.size = size
-
-
 def _download_schema(setup: Setup) -> dict[str, Any]:
     return obj(
         {
             "sandbox": sandbox_arg(setup),
-            "path": path_arg(setup, "The file to copy"),
-            "local_path": _local_arg("Where to write it (replaced if it exists)"),
+            "remote": path_arg(setup, "The file to copy"),
+            "dest": _local_arg("Where to write it (replaced if it exists)"),
         },
-        required=("sandbox", "path", "local_path"),
+        required=("sandbox", "remote", "dest"),
     )
 
 
@@ -105,30 +100,18 @@ async def _download_file(
 ) -> dict[str, Any]:
     name, sandbox, path = sandbox_file(setup, args)
     limits = setup.limits
-    dest, shown = local_dest(args["local_path"], _workspace(setup), limits.max_path_length)
+    dest, shown = local_dest(args["dest"], _workspace(setup), limits.max_path_length)
     cap = limits.max_copy
     subject = file_subject(path, name)
-
-    def watch(done: int, total: int | None) -> None:
-        # Called as bytes arrive, on the loop: the announced size is known at the first
-        # piece, so at most one piece of a file over the cap is ever written (and then
-        # removed with the partial file).
-        if total is not None and total > cap:
-            raise _OverCap(total)
-        if done > cap:
-            raise _OverCap(None)
-        if progress is not None:
-            progress(done, total)
-
-    try:
-        with about(subject):
-            result = await sandbox.files.download(path, dest, progress=watch)
-    except _OverCap as exc:
-        raise _too_large(subject, exc.size, cap) from None
+    with about(subject):
+        try:
+            result = await sandbox.files.download(path, dest, progress=progress, max_size=cap)
+        except sandboxkit.FileTooLargeError as exc:
+            raise _too_large(subject, exc.size, cap) from None
     return {
         "sandbox": name,
-        "path": path,
-        "local_path": shown,
+        "remote": path,
+        "dest": shown,
         "bytes": result.size,
         "sha256": result.sha256,
     }
@@ -139,12 +122,13 @@ DOWNLOAD_FILE = Definition(
     title="Download a file",
     description=(
         "Copy a file from a sandbox into the local workspace, replacing the local file if "
-        "it exists (missing local directories are made). path is relative to {root} or "
-        "absolute under it; local_path is relative to the workspace. At most {max_copy}. "
+        "it exists (missing local directories are made). remote is relative to {root} or "
+        "absolute under it; dest is relative to the workspace. At most {max_copy}. "
         "The file lands whole or not at all; after a retryable error, calling again "
         "resumes. Returns bytes and sha256."
     ),
     schema=_download_schema,
+    renamed={"path": "remote", "local_path": "dest"},
     run=_download_file,
     read_only=False,
     destructive=True,

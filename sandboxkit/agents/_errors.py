@@ -206,14 +206,14 @@ def translate(exc: Exception, subject: str) -> ToolError | None:
         return ToolError(
             ErrorCode.CONFLICT,
             f"{subject}: another download is writing that local file now. Try again when "
-            "it is done, or choose another local_path.",
+            "it is done, or choose another dest.",
             retryable=True,
         )
     if isinstance(exc, errors.DestinationUnsafeError):
         return ToolError(
             ErrorCode.INVALID_PATH,
             f"{subject}: something unsafe (a link, another user's file) sits where the "
-            "download's partial file goes. Choose another local_path.",
+            "download's partial file goes. Choose another dest.",
         )
     if isinstance(exc, OSError) and not isinstance(exc, errors.SandboxKitError):
         name = errno.errorcode.get(exc.errno or 0, "an OS error")

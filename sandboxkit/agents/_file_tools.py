@@ -53,10 +53,11 @@ def path_arg(setup: Setup, what: str) -> dict[str, Any]:
 
 
 def sandbox_file(setup: Setup, args: Mapping[str, Any]) -> tuple[str, sandboxkit.Sandbox, str]:
-    """The `sandbox` and `path` arguments: the sandbox's name, its handle (`unknown_sandbox`
-    if there is none) and the absolute path under the root (`invalid_path` if it leaves it)."""
+    """The `sandbox` and `remote` arguments: the sandbox's name, its handle
+    (`unknown_sandbox` if there is none) and the absolute path under the root
+    (`invalid_path` if it leaves it)."""
     name = args["sandbox"]
-    return name, setup.sandbox(name), setup.remote(args["path"])
+    return name, setup.sandbox(name), setup.remote(args["remote"])
 
 
 def file_subject(path: str, name: str) -> str:
@@ -73,14 +74,14 @@ def _read_schema(setup: Setup) -> dict[str, Any]:
     return obj(
         {
             "sandbox": sandbox_arg(setup),
-            "path": path_arg(setup, "The file"),
+            "remote": path_arg(setup, "The file"),
             "offset": integer(
                 "The byte offset to start at: 0, or the next_offset of the previous page.",
                 minimum=0,
                 maximum=MAX_OFFSET,
                 default=0,
             ),
-            "limit": integer(
+            "length": integer(
                 "The most bytes to read; at least 4, the longest UTF-8 character.",
                 minimum=4,
                 maximum=limits.max_read,
@@ -91,21 +92,21 @@ def _read_schema(setup: Setup) -> dict[str, Any]:
                 "(for binary files)."
             ),
         },
-        required=("sandbox", "path"),
+        required=("sandbox", "remote"),
     )
 
 
 async def _read_file(setup: Setup, args: dict[str, Any], _: Progress | None) -> dict[str, Any]:
     name, sandbox, path = sandbox_file(setup, args)
-    offset, limit, encoding = args["offset"], args["limit"], args["encoding"]
+    offset, length, encoding = args["offset"], args["length"], args["encoding"]
     subject = file_subject(path, name)
     page: FileRange | TextPage
     with about(subject):
         if encoding == "base64":
-            page = await sandbox.files.read_range(path, offset, limit)
+            page = await sandbox.files.read_range(path, offset, length)
             content = base64.b64encode(page.data).decode("ascii")
         else:
-            page = await sandbox.files.read_text(path, offset, limit, errors="replace")
+            page = await sandbox.files.read_text(path, offset, length, errors="replace")
             content = page.text
     if encoding == "text" and "\x00" in content:
         raise ToolError(
@@ -115,7 +116,7 @@ async def _read_file(setup: Setup, args: dict[str, Any], _: Progress | None) -> 
         )
     result: dict[str, Any] = {
         "sandbox": name,
-        "path": path,
+        "remote": path,
         "encoding": encoding,
         "offset": page.offset,
         "next_offset": page.next_offset,
@@ -136,13 +137,14 @@ READ_FILE = Definition(
     description=(
         "Read one page of a file in a sandbox, by byte offset. Returns content, offset, "
         "next_offset, size (when known) and eof; while eof is false, call again with "
-        "offset=next_offset to read on. A page is at most limit bytes: {read_page} by "
+        "offset=next_offset to read on. A page is at most length bytes: {read_page} by "
         "default, {max_read} at most. encoding='text' decodes UTF-8 (a page never ends "
         "inside a character; invalid bytes read as U+FFFD) and refuses binary files; "
-        "encoding='base64' returns the raw bytes. Paths are relative to {root} or "
+        "encoding='base64' returns the raw bytes. remote is relative to {root} or "
         "absolute under it."
     ),
     schema=_read_schema,
+    renamed={"path": "remote", "limit": "length"},
     run=_read_file,
     read_only=True,
     destructive=False,
@@ -155,7 +157,7 @@ def _write_schema(setup: Setup) -> dict[str, Any]:
     return obj(
         {
             "sandbox": sandbox_arg(setup),
-            "path": path_arg(setup, "The file to write (replaced if it exists)"),
+            "remote": path_arg(setup, "The file to write (replaced if it exists)"),
             "content": string(
                 "The whole new content: text (written as UTF-8), or base64 when "
                 f"encoding='base64'. At most {setup.limits.max_write} bytes once encoded."
@@ -164,7 +166,7 @@ def _write_schema(setup: Setup) -> dict[str, Any]:
                 "text: content is text. base64: content is base64 of the raw bytes."
             ),
         },
-        required=("sandbox", "path", "content"),
+        required=("sandbox", "remote", "content"),
     )
 
 
@@ -206,7 +208,7 @@ async def _write_file(setup: Setup, args: dict[str, Any], _: Progress | None) ->
     hints = {ErrorCode.NOT_FOUND: "Its directory must exist first."}
     with about(file_subject(path, name), hints):
         await sandbox.files.upload(path, data)
-    return {"sandbox": name, "path": path, "bytes_written": len(data)}
+    return {"sandbox": name, "remote": path, "bytes_written": len(data)}
 
 
 WRITE_FILE = Definition(
@@ -215,10 +217,11 @@ WRITE_FILE = Definition(
     description=(
         "Write a whole file in a sandbox, replacing it if it exists (its directory must "
         "exist). content is text (written as UTF-8) or, with encoding='base64', base64 of "
-        "raw bytes; at most {max_write} once decoded. Paths are relative to {root} or "
-        "absolute under it. Returns path and bytes_written."
+        "raw bytes; at most {max_write} once decoded. remote is relative to {root} or "
+        "absolute under it. Returns remote and bytes_written."
     ),
     schema=_write_schema,
+    renamed={"path": "remote"},
     run=_write_file,
     read_only=False,
     destructive=True,

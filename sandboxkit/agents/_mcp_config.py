@@ -34,25 +34,19 @@ from typing import Any
 
 import attrs
 
+from sandboxkit._core import environment as env
 from sandboxkit.client import Client
 from sandboxkit.errors import ValidationError
 
 from . import Toolkit, ToolLimits
 
 __all__ = [
-    "API_KEY_ENV",
-    "BASE_URL_ENV",
-    "CONFIG_ENV",
     "ConfigError",
     "McpConfig",
     "SandboxEntry",
     "load_config",
     "toolkit_from_config",
 ]
-
-CONFIG_ENV = "SANDBOXKIT_MCP_CONFIG"
-API_KEY_ENV = "SANDBOXKIT_API_KEY"
-BASE_URL_ENV = "SANDBOXKIT_BASE_URL"
 
 _TOP_KEYS = (
     "api_key_env",
@@ -150,7 +144,7 @@ def load_config(
         ConfigError: an unreadable or invalid file, a missing variable, no sandbox.
     """
     if path is None:
-        path = environ.get(CONFIG_ENV) or None
+        path = environ.get(env.MCP_CONFIG) or None
     if path is None:
         table: dict[str, Any] = {"sandboxes": _sandbox_from_env(environ)}
         return _Reader("the environment", environ).config(table, None, api_key, base_url)
@@ -177,11 +171,11 @@ def _read(file: Path) -> dict[str, Any]:
 
 def _sandbox_from_env(environ: Mapping[str, str]) -> dict[str, Any]:
     """The sandbox `sandboxkit emulator` exports, as `default`, when no file is given."""
-    names = ("SANDBOXKIT_SANDBOX_KEY", "SANDBOXKIT_SANDBOX_DOMAIN", "SANDBOXKIT_SANDBOX_TOKEN")
+    names = (env.SANDBOX_KEY, env.SANDBOX_DOMAIN, env.SANDBOX_TOKEN)
     if not all(environ.get(n) for n in names):
         raise ConfigError(
-            f"no configuration: pass --config FILE or set {CONFIG_ENV} "
-            "(or SANDBOXKIT_SANDBOX_KEY, _DOMAIN and _TOKEN for one sandbox)"
+            f"no configuration: pass --config FILE or set {env.MCP_CONFIG} "
+            f"(or {env.SANDBOX_KEY}, _DOMAIN and _TOKEN for one sandbox)"
         )
     return {
         "default": {
@@ -209,12 +203,12 @@ class _Reader:
     ) -> McpConfig:
         self.known(table, _TOP_KEYS, "")
         templates = self.boolean(table, "templates", default=True)
-        url = self.text(table, "base_url") or base_url or self.environ.get(BASE_URL_ENV) or None
+        url = self.text(table, "base_url") or base_url or self.environ.get(env.BASE_URL) or None
         key = self.api_key(table, api_key)
         if templates and not (url and key):
             missing = "an API key" if url else "a base URL"
             raise self.fail(
-                f"the template tools need {missing}: set {API_KEY_ENV} and {BASE_URL_ENV} "
+                f"the template tools need {missing}: set {env.API_KEY} and {env.BASE_URL} "
                 "(or api_key_env and base_url in the file), or templates = false"
             )
         scheme = self.text(table, "data_plane_scheme")
@@ -266,7 +260,7 @@ class _Reader:
         name = self.text(table, "api_key_env")
         if name is not None:
             return self.variable(name, "api_key_env")
-        return given or self.environ.get(API_KEY_ENV) or None
+        return given or self.environ.get(env.API_KEY) or None
 
     def sandboxes(self, raw: object) -> tuple[SandboxEntry, ...]:
         if raw is None or raw == {}:

@@ -12,6 +12,14 @@ from typing import Any
 
 import sandboxkit
 
+from ..rules import (
+    MAX_CPU,
+    MAX_DESCRIPTION,
+    MAX_DISK_MB,
+    MAX_IDEMPOTENCY_KEY,
+    MAX_MEMORY_MB,
+    MAX_TEMPLATE_NAME,
+)
 from ._errors import ErrorCode, ToolError, about
 from ._schema import array_of, integer, obj, string
 from ._tool import Definition, Progress, Setup
@@ -20,14 +28,21 @@ __all__ = ["CREATE_TEMPLATE"]
 
 
 def _create_schema(_: Setup) -> dict[str, Any]:
+    # Bounds the interface states come from `sandboxkit.rules` (what the SDK checks); the
+    # others (the lengths of a product, a command, an idc_name, labels) are the toolkit's
+    # own bounds on model input.
     return obj(
         {
             "name": string(
-                "1-64 characters: letters, digits, '_' or '-'.", minLength=1, maxLength=64
+                f"1-{MAX_TEMPLATE_NAME} characters: letters, digits, '_' or '-'.",
+                minLength=1,
+                maxLength=MAX_TEMPLATE_NAME,
             ),
-            "cpu_count": integer("vCPUs (with memory_mb and disk_size_mb).", minimum=1),
-            "memory_mb": integer("Memory in MiB.", minimum=1),
-            "disk_size_mb": integer("Disk in MiB.", minimum=1),
+            "cpu_count": integer(
+                "vCPUs (with memory_mb and disk_size_mb).", minimum=1, maximum=MAX_CPU
+            ),
+            "memory_mb": integer("Memory in MiB.", minimum=1, maximum=MAX_MEMORY_MB),
+            "disk_size_mb": integer("Disk in MiB.", minimum=1, maximum=MAX_DISK_MB),
             "product": string(
                 "A preset size (SKU) instead of cpu_count/memory_mb/disk_size_mb.",
                 minLength=1,
@@ -39,7 +54,9 @@ def _create_schema(_: Setup) -> dict[str, Any]:
                 maxItems=100,
             ),
             "start_cmd": string("The command sandboxes of it start with.", maxLength=4096),
-            "description": string("At most 256 characters.", maxLength=256),
+            "description": string(
+                f"At most {MAX_DESCRIPTION} characters.", maxLength=MAX_DESCRIPTION
+            ),
             "idc_name": string("The data center; omit for the default.", maxLength=64),
             "labels": {
                 "type": "object",
@@ -48,29 +65,25 @@ def _create_schema(_: Setup) -> dict[str, Any]:
                 "maxProperties": 64,
             },
             "idempotency_key": string(
-                "Optional, 1-64 printable ASCII characters. Calling again with the same key "
-                "and arguments returns the same template instead of making another: reuse "
-                "it when retrying after an error.",
+                f"Optional, 1-{MAX_IDEMPOTENCY_KEY} printable ASCII characters. Calling again "
+                "with the same key and arguments returns the same template instead of making "
+                "another: reuse it when retrying after an error.",
                 minLength=1,
-                maxLength=64,
+                maxLength=MAX_IDEMPOTENCY_KEY,
             ),
         },
         required=("name",),
     )
 
 
+_PARTS = ("cpu_count", "memory_mb", "disk_size_mb", "product")
+
+
 def _resources(args: dict[str, Any]) -> sandboxkit.CustomResources | sandboxkit.PresetResources:
-    sizes: list[int] = [args[k] for k in ("cpu_count", "memory_mb", "disk_size_mb") if k in args]
-    product = args.get("product")
-    if product is not None and not sizes:
-        return sandboxkit.PresetResources(product=product)
-    if product is None and len(sizes) == 3:
-        cpu, memory, disk = sizes
-        return sandboxkit.CustomResources(cpu_count=cpu, memory_mb=memory, disk_size_mb=disk)
-    raise ToolError(
-        ErrorCode.INVALID_ARGUMENT,
-        "Give either product, or all three of cpu_count, memory_mb and disk_size_mb.",
-    )
+    try:
+        return sandboxkit.resources_from(**{k: args[k] for k in _PARTS if k in args})
+    except sandboxkit.ValidationError as exc:
+        raise ToolError(ErrorCode.INVALID_ARGUMENT, f"{str(exc).capitalize()}.") from None
 
 
 async def _create_template(

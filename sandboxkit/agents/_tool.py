@@ -16,21 +16,20 @@ from typing import Any, Literal
 import attrs
 
 import sandboxkit
+from sandboxkit import Progress
 
 from ..errors import ValidationError
+from ..rules import MAX_PAGE_SIZE
 from ._errors import ErrorCode, ToolError
 from ._paths import sandbox_path
 from ._schema import check_schema
 
 __all__ = ["Definition", "Progress", "Run", "Setup", "Tool", "ToolLimits"]
 
-Progress = Callable[[int, int | None], None]
 
 KIB = 1 << 10
 MIB = 1 << 20
 GIB = 1 << 30
-# The service's own bound on a Build page (interface: items per page 1-100).
-_SERVICE_BUILD_PAGE = 100
 
 
 def _positive(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -43,8 +42,8 @@ class ToolLimits:
     """The bounds every tool keeps, whatever a model asks.
 
     Args:
-        read_page: bytes `read_file` returns when the model gives no `limit` (64 KiB).
-        max_read: the largest `limit` `read_file` accepts (1 MiB).
+        read_page: bytes `read_file` returns when the model gives no `length` (64 KiB).
+        max_read: the largest `length` `read_file` accepts (1 MiB).
         max_write: the largest file `write_file` writes, in bytes (1 MiB).
         max_copy: the largest file `upload_file` or `download_file` copies (1 GiB).
         max_log_page: the most log entries `read_build_logs` returns at once (200).
@@ -67,7 +66,7 @@ class ToolLimits:
     max_copy: int = attrs.field(default=GIB, validator=_positive)
     max_log_page: int = attrs.field(default=200, validator=_positive)
     max_log_line: int = attrs.field(default=8192, validator=_positive)
-    max_build_page: int = attrs.field(default=100, validator=_positive)
+    max_build_page: int = attrs.field(default=MAX_PAGE_SIZE, validator=_positive)
     max_wait: float = attrs.field(default=600.0, validator=_positive)
     default_wait: float = attrs.field(default=60.0, validator=_positive)
     max_path_length: int = attrs.field(default=4096, validator=_positive)
@@ -75,9 +74,9 @@ class ToolLimits:
     def __attrs_post_init__(self) -> None:
         if self.read_page > self.max_read:
             raise ValidationError("ToolLimits: read_page must not exceed max_read")
-        if self.max_build_page > _SERVICE_BUILD_PAGE:
+        if self.max_build_page > MAX_PAGE_SIZE:
             raise ValidationError(
-                f"ToolLimits: max_build_page must be at most {_SERVICE_BUILD_PAGE}, the "
+                f"ToolLimits: max_build_page must be at most {MAX_PAGE_SIZE}, the "
                 "service's own bound"
             )
 
@@ -196,7 +195,8 @@ class Definition:
     `description` may name the setup's bounds as `{read_page}`, `{max_read}`... (every
     `ToolLimits` field; byte sizes read "65536 bytes (64 KiB)") and `{root}`; `schema`
     builds the input schema from the setup; `needs` says what the toolkit must have for
-    the tool to exist.
+    the tool to exist; `renamed` maps the arguments' former names to their names now (the
+    SDK's), which `Toolkit.call` still takes from a model that used them (never shown).
     """
 
     name: str
@@ -209,6 +209,7 @@ class Definition:
     idempotent: bool
     needs: Needs
     open_world: bool = False
+    renamed: Mapping[str, str] = attrs.field(factory=dict)
 
     def tool(self, setup: Setup) -> Tool:
         """The tool as this setup shows it."""

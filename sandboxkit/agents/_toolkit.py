@@ -12,7 +12,7 @@ import logging
 import os
 import traceback
 import unicodedata
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +108,15 @@ def _check_workspace(workspace: Any) -> Path | None:
     return real
 
 
+def _renamed(arguments: Mapping[Any, Any], renamed: Mapping[str, str]) -> dict[Any, Any]:
+    """`arguments` with former names (`path`, `local_path`...) under their names now; one
+    given beside its new name stays, for the schema to refuse as unknown."""
+    return {
+        renamed[key] if key in renamed and renamed[key] not in arguments else key: value
+        for key, value in arguments.items()
+    }
+
+
 def _where(exc: BaseException) -> str:
     """An unexpected exception for the log: its type and where it was raised (the frames'
     places and lines, the chain's types), never its text, which could quote anything."""
@@ -144,7 +153,7 @@ class Toolkit:
 
         kit = Toolkit(client, {"dev": sandbox}, workspace="out")
         tools = [tool.to_openai() for tool in kit.tools]
-        result = await kit.call("read_file", {"sandbox": "dev", "path": "notes.txt"})
+        result = await kit.call("read_file", {"sandbox": "dev", "remote": "notes.txt"})
     """
 
     def __init__(
@@ -176,8 +185,8 @@ class Toolkit:
         }
         chosen = [d for d in DEFINITIONS if present[d.needs]]
         self._tools = tuple(d.tool(self._setup) for d in chosen)
-        self._runs: dict[str, tuple[Tool, Run]] = {
-            tool.name: (tool, d.run) for tool, d in zip(self._tools, chosen, strict=True)
+        self._runs: dict[str, tuple[Tool, Run, Mapping[str, str]]] = {
+            tool.name: (tool, d.run, d.renamed) for tool, d in zip(self._tools, chosen, strict=True)
         }
 
     def __repr__(self) -> str:
@@ -194,7 +203,7 @@ class Toolkit:
         name: str,
         arguments: Mapping[str, Any] | None,
         *,
-        progress: Callable[[int, int | None], None] | None = None,
+        progress: Progress | None = None,
     ) -> dict[str, Any]:
         """Run tool `name` with a model's `arguments`; its result, ready for `json.dumps`.
 
@@ -216,9 +225,11 @@ class Toolkit:
             raise ToolError(
                 ErrorCode.INVALID_ARGUMENT, f"No tool is named {shown}. The tools: {known}."
             )
-        tool, run = found
+        tool, run, renamed = found
         if arguments is None:  # a tool without arguments may be called with none at all
             arguments = {}
+        if renamed and isinstance(arguments, Mapping):
+            arguments = _renamed(arguments, renamed)
         try:
             # An unknown sandbox is told as such, before its name fails the schema's enum.
             sandbox = arguments.get("sandbox") if isinstance(arguments, Mapping) else None

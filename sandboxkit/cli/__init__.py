@@ -1,7 +1,9 @@
 """The `sandboxkit` console script: templates, builds, files, the emulator, and the demo.
 
 Needs the `cli` extra (`pip install 'sandboxkit-sdk[cli]'`: click and rich). Built on the public
-API only (`sandboxkit`, `sandboxkit.emulator`).
+API only (`sandboxkit`, `sandboxkit.rules`, `sandboxkit.emulator`), and the names of the
+environment variables it reads (`sandboxkit._core.environment`). Its options are the SDK's
+parameter names (`_core/vocabulary.py`); a former spelling is a hidden alias (`_app.Renamed`).
 """
 
 from __future__ import annotations

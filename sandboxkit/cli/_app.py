@@ -21,6 +21,7 @@ import attrs
 import click
 
 import sandboxkit
+from sandboxkit._core import environment as env
 
 __all__ = [
     "EXIT_API",
@@ -28,11 +29,13 @@ __all__ = [
     "EXIT_INTERRUPTED",
     "EXIT_TERMINATED",
     "HostWarnings",
+    "Renamed",
     "Settings",
     "cli",
     "describe",
     "fail",
     "main",
+    "renamed_option",
     "run_cancellable",
 ]
 
@@ -50,6 +53,40 @@ _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 # `.invalid` is reserved (RFC 2606): this name can never reach a real host.
 _UNUSED_BASE_URL = "https://console.invalid"
 _UNUSED_API_KEY = "unused-by-data-plane-commands"
+
+
+class Renamed(click.Option):
+    """An option that still answers to its old spellings (`old`), which no help text or
+    error message shows: `--help` lists only its current names, the SDK's parameter's."""
+
+    def __init__(self, *args: Any, old: Sequence[str] = (), **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.old = frozenset(old)
+
+    def _shown(self, show: Callable[[], T]) -> T:
+        every = self.opts
+        self.opts = [name for name in every if name not in self.old]
+        try:
+            return show()
+        finally:
+            self.opts = every
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        """The help line, without the old spellings."""
+        return self._shown(lambda: super(Renamed, self).get_help_record(ctx))
+
+    def get_error_hint(self, ctx: Any) -> str:
+        """How an error names the option: by its current names only."""
+        return self._shown(lambda: super(Renamed, self).get_error_hint(ctx))
+
+
+def renamed_option(
+    name: str, *old: str, **options: Any
+) -> Callable[[click.decorators.FC], click.decorators.FC]:
+    """`click.option(name, **options)` that also takes the `old` spellings, hidden (see
+    `Renamed`): the CLI's options are the SDK's parameter names, and scripts written for
+    the names before keep running."""
+    return click.option(name, *old, cls=Renamed, old=old, **options)
 
 
 @attrs.frozen
@@ -76,9 +113,9 @@ class Settings:
         api_key, base_url = self.api_key, self.base_url
         if control_plane:
             if not api_key:
-                raise click.UsageError("no API key: pass --api-key or set SANDBOXKIT_API_KEY")
+                raise click.UsageError(f"no API key: pass --api-key or set {env.API_KEY}")
             if not base_url:
-                raise click.UsageError("no base URL: pass --base-url or set SANDBOXKIT_BASE_URL")
+                raise click.UsageError(f"no base URL: pass --base-url or set {env.BASE_URL}")
         return sandboxkit.Client(
             api_key=api_key or _UNUSED_API_KEY,
             base_url=base_url or _UNUSED_BASE_URL,
@@ -238,12 +275,14 @@ _NO_ARGS_IS_HELP: tuple[type[click.UsageError], ...] = tuple(
 
 
 # Options a user types anywhere on the line: click knows an option only at its own level,
-# so `sandboxkit files download ... --api-key K` and `sandboxkit --token T files download ...`
-# were usage errors. Each with whether it takes a value.
+# so `sandboxkit files download ... --api-key K` and `sandboxkit --access-token T files
+# download ...` were usage errors. Each with whether it takes a value (`--token`: the old
+# spelling of `--access-token`, still taken).
 _GROUP_OPTIONS = {"--api-key": True, "--base-url": True, "--ca-file": True, "--debug": False}
 _SANDBOX_OPTIONS = {
     "--sandbox-key": True,
     "--domain": True,
+    "--access-token": True,
     "--token": True,
     "--data-plane-scheme": True,
 }
@@ -328,19 +367,19 @@ class _Group(click.Group):
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--api-key",
-    envvar="SANDBOXKIT_API_KEY",
+    envvar=env.API_KEY,
     show_envvar=True,
     help="API key or OAuth access token for the console.",
 )
 @click.option(
     "--base-url",
-    envvar="SANDBOXKIT_BASE_URL",
+    envvar=env.BASE_URL,
     show_envvar=True,
     help="Console address hosting /api/v1 and /api/v2.",
 )
 @click.option(
     "--ca-file",
-    envvar="SANDBOXKIT_CA_FILE",
+    envvar=env.CA_FILE,
     show_envvar=True,
     type=click.Path(exists=True, dir_okay=False),
     help="Extra CA certificate to trust (e.g. the one `sandboxkit emulator --tls` prints).",

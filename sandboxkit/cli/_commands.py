@@ -4,6 +4,7 @@ demo in `_demo.py`); `emulator` is re-exported from here."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -16,8 +17,9 @@ from rich.table import Table
 from rich.text import Text
 
 import sandboxkit
+from sandboxkit.rules import MAX_CPU, MAX_DESCRIPTION, MAX_DISK_MB, MAX_MEMORY_MB
 
-from ._app import Settings
+from ._app import Settings, renamed_option
 from ._emulator import emulator
 
 __all__ = [
@@ -67,17 +69,17 @@ def _labels(_: click.Context, __: click.Parameter, values: tuple[str, ...]) -> d
     return labels
 
 
-def _resources(
-    cpu: int | None, memory_mb: int | None, disk_mb: int | None, product: str | None
-) -> sandboxkit.CustomResources | sandboxkit.PresetResources:
-    custom = (cpu, memory_mb, disk_mb)
-    if product is not None:
-        if any(v is not None for v in custom):
-            raise click.UsageError("give either --product or --cpu/--memory-mb/--disk-mb, not both")
-        return sandboxkit.PresetResources(product=product)
-    if cpu is None or memory_mb is None or disk_mb is None:
-        raise click.UsageError("give --cpu, --memory-mb and --disk-mb together, or --product")
-    return sandboxkit.CustomResources(cpu_count=cpu, memory_mb=memory_mb, disk_size_mb=disk_mb)
+_RESOURCE_PARTS = re.compile(r"\b(cpu_count|memory_mb|disk_size_mb|product)\b")
+
+
+def _resources(**parts: Any) -> sandboxkit.CustomResources | sandboxkit.PresetResources:
+    """`sandboxkit.resources_from(**parts)`; its complaint names the options (the same
+    names, as options: `cpu_count` is `--cpu-count`)."""
+    try:
+        return sandboxkit.resources_from(**parts)
+    except sandboxkit.ValidationError as exc:
+        as_options = _RESOURCE_PARTS.sub(lambda m: "--" + m[0].replace("_", "-"), str(exc))
+        raise click.UsageError(as_options) from None
 
 
 @click.group()
@@ -87,11 +89,13 @@ def templates() -> None:
 
 @templates.command("create")
 @click.argument("name")
-@click.option("--cpu", type=int, help="vCPUs (custom resources, max 16).")
-@click.option("--memory-mb", type=int, help="Memory in MiB (custom resources).")
-@click.option("--disk-mb", type=int, help="Boot disk in MiB (custom resources).")
+@renamed_option("--cpu-count", "--cpu", type=int, help=f"vCPUs (custom resources, max {MAX_CPU}).")
+@click.option("--memory-mb", type=int, help=f"Memory in MiB (custom, max {MAX_MEMORY_MB}).")
+@renamed_option(
+    "--disk-size-mb", "--disk-mb", type=int, help=f"Boot disk in MiB (custom, max {MAX_DISK_MB})."
+)
 @click.option("--product", help="A catalog SKU instead of custom resources.")
-@click.option("--idc", "idc_name", help="Owning data center (default: the organization's).")
+@renamed_option("--idc-name", "--idc", help="Owning data center (default: the organization's).")
 @click.option(
     "--label",
     "labels",
@@ -100,7 +104,7 @@ def templates() -> None:
     metavar="KEY=VALUE",
     help="A label (repeatable).",
 )
-@click.option("--description", help="Up to 256 characters.")
+@click.option("--description", help=f"Up to {MAX_DESCRIPTION} characters.")
 @click.option("--idempotency-key", help="Reuse to make a repeated create answer the same.")
 @click.option("--command", "commands", multiple=True, help="A build step (repeatable).")
 @click.option("--start-cmd", help="The template's start command.")
@@ -117,9 +121,9 @@ def templates() -> None:
 def templates_create(
     settings: Settings,
     name: str,
-    cpu: int | None,
+    cpu_count: int | None,
     memory_mb: int | None,
-    disk_mb: int | None,
+    disk_size_mb: int | None,
     product: str | None,
     idc_name: str | None,
     labels: dict[str, str],
@@ -137,7 +141,9 @@ def templates_create(
     --build) the build waits for `sandboxkit builds start` (the split flow); with one it runs
     at once.
     """
-    resources = _resources(cpu, memory_mb, disk_mb, product)
+    resources = _resources(
+        cpu_count=cpu_count, memory_mb=memory_mb, disk_size_mb=disk_size_mb, product=product
+    )
     build: dict[str, Any] | None = None
     if commands or start_cmd or run_build:
         if split:

@@ -12,9 +12,10 @@ from typing import Any
 
 import click
 
+from sandboxkit._core import environment as env
 from sandboxkit.emulator import ListenError, describe_sandbox, request_sandbox, serve_forever
 
-from ._app import Settings, fail, run_cancellable
+from ._app import Settings, fail, renamed_option, run_cancellable
 
 __all__ = ["emulator", "serve"]
 
@@ -83,14 +84,12 @@ def emulator(
 @emulator.command("new-sandbox")
 @click.option(
     "--base-url",
-    envvar="SANDBOXKIT_BASE_URL",
+    envvar=env.BASE_URL,
     show_envvar=True,
     help="The running emulator's console (its printed base URL).",
 )
-@click.option(
-    "--api-key", envvar="SANDBOXKIT_API_KEY", show_envvar=True, help="The emulator's API key."
-)
-@click.option("--idc", "idc_name", help="Data center (default: the emulator's default).")
+@click.option("--api-key", envvar=env.API_KEY, show_envvar=True, help="The emulator's API key.")
+@renamed_option("--idc-name", "--idc", help="Data center (default: the emulator's default).")
 @click.option("--json", "as_json", is_flag=True, help="Print the create body as one JSON line.")
 @click.pass_obj
 def new_sandbox(
@@ -107,9 +106,9 @@ def new_sandbox(
     base_url = base_url or settings.base_url
     api_key = api_key or settings.api_key
     if not base_url:
-        raise click.UsageError("no base URL: pass --base-url or set SANDBOXKIT_BASE_URL")
+        raise click.UsageError(f"no base URL: pass --base-url or set {env.BASE_URL}")
     if not api_key:
-        raise click.UsageError("no API key: pass --api-key or set SANDBOXKIT_API_KEY")
+        raise click.UsageError(f"no API key: pass --api-key or set {env.API_KEY}")
 
     async def work() -> dict[str, Any]:
         return await request_sandbox(

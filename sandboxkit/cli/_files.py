@@ -6,7 +6,6 @@ import hashlib
 import os
 import shlex
 import socket
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +17,10 @@ from click.core import ParameterSource
 from rich.console import Console
 
 import sandboxkit
+from sandboxkit._core import environment as env
 from sandboxkit.emulator import EmulatorResolver
 
-from ._app import Settings
+from ._app import Settings, renamed_option
 from ._progress import TransferBar, format_size, format_throughput, transfer_progress
 
 __all__ = [
@@ -37,7 +37,7 @@ __all__ = [
 
 # Typed on the command line, these are left out of a command printed for the user to run
 # again (they stay in the shell's history, not in a log): their value shows as `...`.
-_SECRETS = frozenset({"token"})
+_SECRETS = frozenset({"access_token"})
 # The group's options a printed download command repeats (the others, an API key and a
 # console URL, are never used by a data-plane command).
 _GROUP_OPTIONS = ("ca_file", "debug")
@@ -72,28 +72,29 @@ def _sandbox_options(command: click.decorators.FC) -> click.decorators.FC:
     options = [
         click.option(
             "--sandbox-key",
-            envvar="SANDBOXKIT_SANDBOX_KEY",
+            envvar=env.SANDBOX_KEY,
             show_envvar=True,
             required=True,
             help="The sandbox's key (`data.sandbox_key`).",
         ),
         click.option(
             "--domain",
-            envvar="SANDBOXKIT_SANDBOX_DOMAIN",
+            envvar=env.SANDBOX_DOMAIN,
             show_envvar=True,
             required=True,
             help="The sandbox's domain, used verbatim (`data.domain`).",
         ),
-        click.option(
+        renamed_option(
+            "--access-token",
             "--token",
-            envvar="SANDBOXKIT_SANDBOX_TOKEN",
+            envvar=env.SANDBOX_TOKEN,
             show_envvar=True,
             required=True,
             help="The sandbox access token (`sandbox_access_token`).",
         ),
         click.option(
             "--data-plane-scheme",
-            envvar="SANDBOXKIT_DATA_PLANE_SCHEME",
+            envvar=env.DATA_PLANE_SCHEME,
             show_envvar=True,
             type=click.Choice(["https", "http"]),
             default="https",
@@ -107,13 +108,18 @@ def _sandbox_options(command: click.decorators.FC) -> click.decorators.FC:
 
 
 def _open_sandbox(
-    settings: Settings, sandbox_key: str, domain: str, token: str, scheme: str, **options: Any
+    settings: Settings,
+    sandbox_key: str,
+    domain: str,
+    access_token: str,
+    scheme: str,
+    **options: Any,
 ) -> tuple[sandboxkit.Client, sandboxkit.Sandbox]:
     """A data-plane-only client (with `options`) and its handle on the sandbox."""
     client = settings.client(
         control_plane=False, data_plane_scheme=scheme, resolver=EmulatorAwareResolver(), **options
     )
-    return client, client.sandbox(sandbox_key=sandbox_key, domain=domain, access_token=token)
+    return client, client.sandbox(sandbox_key=sandbox_key, domain=domain, access_token=access_token)
 
 
 def remote_place(remote: str, sandbox_key: str) -> str:
@@ -139,11 +145,14 @@ def download_line(result: sandboxkit.DownloadResult) -> str:
     )
 
 
-def upload_line(remote: str, size: int, elapsed: float, sha256: str) -> str:
-    """The final line of an upload: size, elapsed, rate and the local file's sha256."""
+def upload_line(result: sandboxkit.UploadResult, sha256: str) -> str:
+    """The final line of an upload: size, elapsed, rate, attempts and the local file's
+    sha256."""
+    size, elapsed = result.size, result.elapsed
     return (
-        f"uploaded {format_size(size)} to {remote} in {elapsed:.2f} s "
-        f"({format_throughput(size, elapsed)}), resumes=0 (uploads restart whole) sha256={sha256}"
+        f"uploaded {format_size(size)} to {result.path} in {elapsed:.2f} s "
+        f"({format_throughput(size, elapsed)}), attempts={result.attempts} "
+        f"resumes=0 (uploads restart whole) sha256={sha256}"
     )
 
 
@@ -178,7 +187,7 @@ def _words(ctx: click.Context, names: tuple[str, ...] | None = None) -> list[str
 def resume_command(ctx: click.Context, remote: str, dest: Path) -> str:
     """The command line that runs this download again (and so continues its partial file):
     the same command, REMOTE and DEST as given, and the options typed on the command line
-    (those from the environment are still there), a token's value left out (`--token ...`).
+    (those from the environment are still there), a token's value left out (`--access-token ...`).
     """
     typed = str(dest)
     if typed.startswith("-"):  # not an option: say it as a path
@@ -226,7 +235,12 @@ def download_stopped(dest: Path, command: str) -> str:
 @click.argument("remote")
 @click.argument("dest", type=click.Path(dir_okay=True, path_type=Path))
 @_sandbox_options
-@click.option("--no-checksum", is_flag=True, help="Skip the SHA-256 (a little faster).")
+@click.option(
+    "--checksum/--no-checksum",
+    default=True,
+    show_default=True,
+    help="Compute the SHA-256 of what was written (--no-checksum: a little faster).",
+)
 @click.option(
     "--keep-partial/--no-keep-partial",
     default=True,
@@ -242,9 +256,9 @@ def files_download(
     dest: Path,
     sandbox_key: str,
     domain: str,
-    token: str,
+    access_token: str,
     data_plane_scheme: str,
-    no_checksum: bool,
+    checksum: bool,
     keep_partial: bool,
 ) -> None:
     """Download REMOTE (an absolute path in the sandbox) to DEST, resuming after failures.
@@ -267,14 +281,19 @@ def files_download(
         with transfer_progress(console) as progress:
             bar = TransferBar(progress, f"download {remote}")
             client, sandbox = _open_sandbox(
-                settings, sandbox_key, domain, token, data_plane_scheme, on_retry=bar.on_retry
+                settings,
+                sandbox_key,
+                domain,
+                access_token,
+                data_plane_scheme,
+                on_retry=bar.on_retry,
             )
             async with client:
                 result = await sandbox.files.download(
                     remote,
                     dest,
                     progress=bar,
-                    checksum=not no_checksum,
+                    checksum=checksum,
                     keep_partial=keep_partial,
                 )
             bar.finish(result.size)
@@ -302,26 +321,28 @@ def files_upload(
     remote: str,
     sandbox_key: str,
     domain: str,
-    token: str,
+    access_token: str,
     data_plane_scheme: str,
 ) -> None:
     """Upload the local file SOURCE to REMOTE (an absolute path; its directory must exist)."""
     console = Console(stderr=True)
-    size = os.path.getsize(source)
 
-    async def work() -> tuple[float, str]:
+    async def work() -> tuple[sandboxkit.UploadResult, str]:
         with transfer_progress(console) as progress:  # before the client: see download
             bar = TransferBar(progress, f"upload {source.name}")
             client, sandbox = _open_sandbox(
-                settings, sandbox_key, domain, token, data_plane_scheme, on_retry=bar.on_retry
+                settings,
+                sandbox_key,
+                domain,
+                access_token,
+                data_plane_scheme,
+                on_retry=bar.on_retry,
             )
             async with client:
-                started = time.monotonic()
-                await sandbox.files.upload(remote, source, progress=bar)
-                elapsed = time.monotonic() - started
-            bar.finish(size)
-        return elapsed, await anyio.to_thread.run_sync(sha256_of, source)
+                result = await sandbox.files.upload(remote, source, progress=bar)
+            bar.finish(result.size)
+        return result, await anyio.to_thread.run_sync(sha256_of, source)
 
     stopped = f"the upload of {remote} did not finish; run it again (an upload is safe to repeat)"
-    elapsed, digest = settings.run(work, where=remote_place(remote, sandbox_key), stopped=stopped)
-    click.echo(upload_line(remote, size, elapsed, digest))
+    result, digest = settings.run(work, where=remote_place(remote, sandbox_key), stopped=stopped)
+    click.echo(upload_line(result, digest))

@@ -18,6 +18,8 @@ from typing import NoReturn
 
 import click
 
+from sandboxkit._core import environment as env
+
 from ._app import EXIT_INPUT, Settings
 
 __all__ = ["is_loopback", "mcp", "mcp_unusable", "meets"]
@@ -129,7 +131,7 @@ def _fail(message: str) -> NoReturn:
     "config_path",
     type=click.Path(dir_okay=False),
     default=None,
-    help="The TOML file naming the sandboxes [env: SANDBOXKIT_MCP_CONFIG].",
+    help=f"The TOML file naming the sandboxes [env: {env.MCP_CONFIG}].",
 )
 @click.option(
     "--transport",

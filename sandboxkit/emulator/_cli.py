@@ -18,6 +18,7 @@ import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TextIO
 
+from .._core import environment as env
 from ._resolver import STANDALONE_DOMAIN
 from ._server import Emulator
 from ._tls import CertificateAuthority
@@ -56,8 +57,10 @@ def describe_sandbox(
         curl += ["--cacert", ca_file]
     curl += ["-H", f"{_TOKEN_HEADER}: {token}"]
     return [
-        f"  export SANDBOXKIT_SANDBOX_KEY={key} SANDBOXKIT_SANDBOX_DOMAIN={domain} "
-        f"SANDBOXKIT_SANDBOX_TOKEN={token}",
+        "  "
+        + env.export_line(
+            {env.SANDBOX_KEY: key, env.SANDBOX_DOMAIN: domain, env.SANDBOX_TOKEN: token}
+        ),
         "try its data plane with curl (upload, then download):",
         "  echo hello | " + shlex.join([*curl, "-F", "file=@-", url]),
         "  " + shlex.join([*curl, url]),
@@ -92,11 +95,11 @@ def _banner(
         "  more sandboxes: `sandboxkit emulator new-sandbox`, or POST /_emulator/sandboxes"
         " with the API key as bearer",
         "use it from another shell (a plain sandboxkit.Client() reads these):",
-        f"  export SANDBOXKIT_BASE_URL={emu.base_url} SANDBOXKIT_API_KEY={emu.api_key}",
-        f"  export SANDBOXKIT_DATA_PLANE_SCHEME={emu.data_plane_scheme}",
+        "  " + env.export_line({env.BASE_URL: emu.base_url, env.API_KEY: emu.api_key}),
+        "  " + env.export_line({env.DATA_PLANE_SCHEME: emu.data_plane_scheme}),
     ]
     if ca_file is not None:
-        lines.append(f"  export SANDBOXKIT_CA_FILE={ca_file}")
+        lines.append("  " + env.export_line({env.CA_FILE: ca_file}))
     lines += describe_sandbox(sandboxes[0], scheme=emu.data_plane_scheme, ca_file=ca_file)
     lines.append(BANNER_END)
     return lines

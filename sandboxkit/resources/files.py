@@ -12,15 +12,16 @@ from typing import Any
 import attrs
 
 from .._core import bounds as _bounds
-from .._core.options import CallOptions, ParallelDownloads, RetryPolicy, Timeout
+from .._core.options import CallOptions, ParallelDownloads, Progress, RetryPolicy, Timeout
+from .._core.slices import check_parts
 from .._core.validation import check_flag, check_username
 from .._transfer import download as _download
 from .._transfer import ranged as _ranged
 from .._transfer import reads as _reads
 from .._transfer import upload as _upload
-from .._transfer.plane import DataPlane, Progress, check_chunk_size, check_destination
+from .._transfer.plane import DataPlane, check_chunk_size, check_destination
 from ..errors import ValidationError
-from ..models import DownloadResult, FileEntry, FileRange, TextPage
+from ..models import DownloadResult, FileRange, TextPage, UploadResult
 from ._common import AsyncStream
 
 __all__ = ["Files"]
@@ -69,6 +70,7 @@ class Files:
         resume: bool = True,
         keep_partial: bool = False,
         parts: int | None = None,
+        max_size: int | None = None,
         timeout: Timeout | None = None,
         retry: RetryPolicy | None = None,
     ) -> DownloadResult:
@@ -114,6 +116,10 @@ class Files:
                 either way.
             parts: connections for this file (see above); None: the client's
                 `ParallelDownloads.parts`; 1: one stream.
+            max_size: the largest file to download, in bytes: a larger one raises
+                `FileTooLargeError` as soon as an answer's head shows its size, before its
+                body; else once the bytes counted pass it (reading stops one byte past the
+                cap). `dest` is left as it was, and no partial file remains. None: no cap.
             timeout: per-call time limits; `total` bounds the whole download.
             retry: per-call retry policy; a retry that moved the download forward does not
                 count against `max_attempts`.
@@ -125,7 +131,8 @@ class Files:
 
         Raises:
             ValidationError: a bad remote path, a directory as `dest`, a missing directory,
-                `parts` not a positive integer, `keep_partial` not a bool.
+                `parts` or `max_size` not a positive integer, `keep_partial` not a bool.
+            FileTooLargeError: the file has more than `max_size` bytes.
             DestinationLockedError: another download is writing `dest` now.
             APIError: its status subclass (`NotFoundError`, ...) when the service refuses; a
                 `RedirectNotFollowedError` (an `APIError`) for a redirect, never followed.
@@ -142,9 +149,10 @@ class Files:
         request = self._request(remote, username, chunk_size, timeout, retry)
         path = check_destination(dest)
         keep = check_flag("keep_partial", keep_partial)
+        cap = _bounds.check_max_size(max_size)
         parallel = self._parallel
         if parts is not None:
-            parallel = attrs.evolve(parallel, parts=_ranged.check_parts(parts))
+            parallel = attrs.evolve(parallel, parts=check_parts(parts))
         if parallel.parts > 1:
             return await _ranged.download_to_file(
                 request,
@@ -154,6 +162,7 @@ class Files:
                 resume=bool(resume),
                 keep_partial=keep,
                 parallel=parallel,
+                max_size=cap,
             )
         return await _download.download_to_file(
             request,
@@ -162,6 +171,7 @@ class Files:
             progress=progress,
             resume=bool(resume),
             keep_partial=keep,
+            max_size=cap,
         )
 
     def iter_bytes(
@@ -364,7 +374,7 @@ class Files:
         progress: Progress | None = None,
         timeout: Timeout | None = None,
         retry: RetryPolicy | None = None,
-    ) -> FileEntry:
+    ) -> UploadResult:
         """Write one file at `remote` (overwriting it), streamed from `source`.
 
         The body is `multipart/form-data` with the single part `file` (named after the remote
@@ -382,7 +392,9 @@ class Files:
             retry: per-call retry policy.
 
         Returns:
-            The `FileEntry(path, name, type)` the service reports.
+            An `UploadResult(path, name, type, size, attempts, elapsed)`: the file the
+            service reports, the bytes sent, and the POSTs it took (a retry sends the whole
+            file again).
 
         Raises:
             ValidationError: a bad remote path, a missing local file, an unusable source, or
@@ -390,32 +402,28 @@ class Files:
             PayloadTooLargeError: the file exceeds the data center's limit (never retried).
             APIError, TransportError: as for `download`.
         """
-        return await self._upload_counted(
-            remote, source, username=username, progress=progress, timeout=timeout, retry=retry
-        )
-
-    async def _upload_counted(
-        self,
-        remote: str,
-        source: Any,
-        *,
-        username: str | None = None,
-        progress: Progress | None = None,
-        timeout: Timeout | None = None,
-        retry: RetryPolicy | None = None,
-        tries: list[int] | None = None,
-    ) -> FileEntry:
-        """`upload`, counting the POSTs it sends in `tries[0]` (for `batch.upload_many`)."""
         params = self._plane.params(remote, check_username(username))
         if remote.endswith("/"):
             raise ValidationError(f"remote path={remote!r}: must name a file, not a directory")
         source_plan = _upload.make_source(source)
-        return await _upload.send_file(
+        sent = [source_plan.size or 0]
+
+        def counted(done: int, total: int | None) -> None:
+            sent[0] = done  # a source of unknown size is sent once (never retried)
+            if progress is not None:
+                progress(done, total)
+
+        clock = self._plane.calls.clock
+        started, tries = clock(), [0]
+        entry = await _upload.send_file(
             self._plane,
             remote,
             params,
             source_plan,
-            progress=progress,
+            progress=progress if source_plan.size is not None else counted,
             options=CallOptions(timeout, retry),
             tries=tries,
+        )
+        return UploadResult(
+            entry.path, entry.name, entry.type, sent[0], tries[0], clock() - started
         )

@@ -21,19 +21,38 @@ from .files import Files
 if TYPE_CHECKING:
     from .._http.calls import Calls
 
-__all__ = ["Sandbox", "SandboxAddress", "address_from_response", "check_address"]
+__all__ = ["Sandbox", "SandboxRef", "address_from_response", "check_address"]
 
 
 @attrs.frozen
-class SandboxAddress:
-    """What reaches and authenticates one data plane; the token never shows in a repr."""
+class SandboxRef:
+    """Names one sandbox: its key, its domain and its access token (never shown in `repr`).
+
+    The one address type: what `client.sandbox(...)` takes (by the same three names), what
+    `sandbox_from_response` reads, and what a batch job names its sandbox by
+    (`sandboxkit.batch.SandboxRef` is this class). Building one checks nothing; it is
+    checked, with every other input, before a request is sent.
+    """
 
     sandbox_key: str
     domain: str
     access_token: str = attrs.field(repr=False)
 
+    @classmethod
+    def from_response(cls, body: Mapping[str, Any]) -> SandboxRef:
+        """The sandbox a create/connect answer names, read as `client.sandbox_from_response`
+        reads it: `data.sandbox_key`, `data.domain`, and `sandbox_access_token` under `data`
+        or at the top level.
 
-def check_address(sandbox_key: Any, domain: Any, access_token: Any) -> SandboxAddress:
+        Raises:
+            ValidationError: the answer is not a mapping, lacks one of the three (named), or
+                holds one that is not usable (an empty or multi-line value, a key or domain
+                that is not a plain host name part).
+        """
+        return address_from_response(body)
+
+
+def check_address(sandbox_key: Any, domain: Any, access_token: Any) -> SandboxRef:
     """The three values as an address, or ValidationError: single-line non-empty strings, and
     key and domain usable as host name parts (the domain may carry a port)."""
     for name, value in (
@@ -45,10 +64,10 @@ def check_address(sandbox_key: Any, domain: Any, access_token: Any) -> SandboxAd
             raise ValidationError(f"{name} must be a non-empty single-line string")
     if any(c in sandbox_key for c in "/.:@?#") or any(c in domain for c in "/@?#"):
         raise ValidationError("sandbox_key and domain must be plain host name parts")
-    return SandboxAddress(sandbox_key, domain, access_token)
+    return SandboxRef(sandbox_key, domain, access_token)
 
 
-def address_from_response(body: Any) -> SandboxAddress:
+def address_from_response(body: Any) -> SandboxRef:
     """The address in a create/connect answer: `data.sandbox_key`, `data.domain`, and
     `sandbox_access_token` under `data` or at the top level (where it sits is not shown).
 
@@ -85,7 +104,7 @@ class Sandbox:
     def __init__(
         self,
         calls: Calls,
-        address: SandboxAddress,
+        address: SandboxRef,
         *,
         scheme: str,
         parallel: ParallelDownloads | None = None,

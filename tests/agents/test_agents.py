@@ -130,8 +130,8 @@ def test_limits_and_names_reach_the_schema_and_description(
     assert "upload_file" not in tools and "download_file" not in tools
     read = tools["read_file"]
     assert read.input_schema["properties"]["sandbox"]["enum"] == ["a", "b"]
-    assert read.input_schema["properties"]["limit"]["maximum"] == 8192
-    assert read.input_schema["properties"]["limit"]["default"] == 4096
+    assert read.input_schema["properties"]["length"]["maximum"] == 8192
+    assert read.input_schema["properties"]["length"]["default"] == 4096
     assert "8192 bytes (8 KiB)" in read.description
     assert tools["read_build_logs"].input_schema["properties"]["limit"]["maximum"] == 50
     bare = Toolkit(emulator_client, {}, templates=False)
@@ -236,7 +236,7 @@ async def test_a_page_never_splits_a_character(kit: Toolkit, box: Box) -> None:
 async def test_a_binary_file_read_as_text_says_to_use_base64(kit: Toolkit, box: Box) -> None:
     """Text asked of a file with NUL bytes is refused as binary, pointing at base64."""
     box.put("/home/user/a.out", b"\x7fELF\x00\x00\x01")
-    error = await refused(kit, "read_file", {"sandbox": "dev", "path": "a.out"})
+    error = await refused(kit, "read_file", {"sandbox": "dev", "remote": "a.out"})
     assert error.code is ErrorCode.INVALID_ARGUMENT
     assert "binary" in error.message and "base64" in error.message
 
@@ -251,12 +251,12 @@ async def test_invalid_utf8_reads_as_replacement_characters(kit: Toolkit, box: B
 async def test_read_limits_are_enforced_before_any_request(
     kit: Toolkit, emulator: Emulator
 ) -> None:
-    """A limit over max_read or under 4, a negative or huge offset, an unknown encoding,
+    """A length over max_read or under 4, a negative or huge offset, an unknown encoding,
     an unknown argument and an unknown sandbox are refused with nothing sent."""
     before = len(emulator.journal)
     cases: list[tuple[dict[str, Any], ErrorCode]] = [
-        ({"limit": (1 << 20) + 1}, ErrorCode.INVALID_ARGUMENT),
-        ({"limit": 3}, ErrorCode.INVALID_ARGUMENT),
+        ({"length": (1 << 20) + 1}, ErrorCode.INVALID_ARGUMENT),
+        ({"length": 3}, ErrorCode.INVALID_ARGUMENT),
         ({"offset": -1}, ErrorCode.INVALID_ARGUMENT),
         ({"offset": 1 << 60}, ErrorCode.INVALID_ARGUMENT),
         ({"encoding": "latin-1"}, ErrorCode.INVALID_ARGUMENT),
@@ -265,7 +265,7 @@ async def test_read_limits_are_enforced_before_any_request(
         ({"sandbox": 7}, ErrorCode.INVALID_ARGUMENT),
     ]
     for extra, code in cases:
-        error = await refused(kit, "read_file", {"sandbox": "dev", "path": "a.txt", **extra})
+        error = await refused(kit, "read_file", {"sandbox": "dev", "remote": "a.txt", **extra})
         assert error.code is code, extra
         assert error.retryable is False
     assert (await refused(kit, "no_such_tool", {})).code is ErrorCode.INVALID_ARGUMENT
@@ -279,7 +279,7 @@ async def test_read_limits_are_enforced_before_any_request(
 async def test_write_then_read_back(kit: Toolkit, box: Box) -> None:
     """Text and base64 writes land as their bytes and read back the same."""
     written = await call(kit, "write_file", sandbox="dev", path="out/../w.txt", content="hé\n")
-    assert written == {"sandbox": "dev", "path": "/home/user/w.txt", "bytes_written": 4}
+    assert written == {"sandbox": "dev", "remote": "/home/user/w.txt", "bytes_written": 4}
     assert box.get("/home/user/w.txt") == "hé\n".encode()
     read = await call(kit, "read_file", sandbox="dev", path="w.txt")
     assert read["content"] == "hé\n"
@@ -304,7 +304,7 @@ async def test_write_caps_and_bad_base64_send_nothing(
         ("not base64!", "base64", ErrorCode.INVALID_ARGUMENT),
         ("\ud800", "text", ErrorCode.INVALID_ARGUMENT),
     ]:
-        arguments = {"sandbox": "dev", "path": "w", "content": content, "encoding": encoding}
+        arguments = {"sandbox": "dev", "remote": "w", "content": content, "encoding": encoding}
         assert (await refused(kit, "write_file", arguments)).code is code
     assert len(emulator.journal) == before
     ok = await call(kit, "write_file", sandbox="dev", path="w", content="x" * 10)
@@ -314,7 +314,7 @@ async def test_write_caps_and_bad_base64_send_nothing(
 async def test_a_write_into_a_missing_directory_says_so(kit: Toolkit) -> None:
     """Writing under a directory that does not exist is not_found, saying it must exist."""
     error = await refused(
-        kit, "write_file", {"sandbox": "dev", "path": "no/such/dir/f.txt", "content": "x"}
+        kit, "write_file", {"sandbox": "dev", "remote": "no/such/dir/f.txt", "content": "x"}
     )
     assert error.code is ErrorCode.NOT_FOUND
     assert "directory must exist" in error.message
@@ -325,7 +325,7 @@ async def test_a_write_into_a_missing_directory_says_so(kit: Toolkit) -> None:
 
 async def test_a_missing_file_is_not_found(kit: Toolkit) -> None:
     """A 404 is not_found, not retryable, naming the file."""
-    error = await refused(kit, "read_file", {"sandbox": "dev", "path": "nope.txt"})
+    error = await refused(kit, "read_file", {"sandbox": "dev", "remote": "nope.txt"})
     assert (error.code, error.retryable) == (ErrorCode.NOT_FOUND, False)
     assert "/home/user/nope.txt" in error.message
 
@@ -333,7 +333,7 @@ async def test_a_missing_file_is_not_found(kit: Toolkit) -> None:
 async def test_a_directory_read_as_a_file_is_invalid_argument(kit: Toolkit, box: Box) -> None:
     """The service's 400 for a directory is invalid_argument, suggesting what to check."""
     box.put("/home/user/docs/a.txt", b"a")
-    error = await refused(kit, "read_file", {"sandbox": "dev", "path": "docs"})
+    error = await refused(kit, "read_file", {"sandbox": "dev", "remote": "docs"})
     assert (error.code, error.retryable) == (ErrorCode.INVALID_ARGUMENT, False)
     assert "(400)" in error.message and "directory" in error.message
 
@@ -344,7 +344,7 @@ async def test_a_forbidden_file_is_permission_denied(
     """A 403 (root's files, with the root set to "/") is permission_denied."""
     box.put("/root/secret", b"s")
     kit = Toolkit(emulator_client, {"dev": box.handle}, root="/")
-    error = await refused(kit, "read_file", {"sandbox": "dev", "path": "/root/secret"})
+    error = await refused(kit, "read_file", {"sandbox": "dev", "remote": "/root/secret"})
     assert (error.code, error.retryable) == (ErrorCode.PERMISSION_DENIED, False)
 
 
@@ -354,7 +354,7 @@ async def test_an_expired_token_is_authentication_failed(
     """A 401 is authentication_failed, not retryable."""
     box.put("/home/user/a.txt", b"a")
     emulator.expire_token(box.key)
-    error = await refused(kit, "read_file", {"sandbox": "dev", "path": "a.txt"})
+    error = await refused(kit, "read_file", {"sandbox": "dev", "remote": "a.txt"})
     assert (error.code, error.retryable) == (ErrorCode.AUTHENTICATION_FAILED, False)
 
 
@@ -365,7 +365,7 @@ async def test_a_429_storm_past_the_retries_is_rate_limited(
     tool says rate_limited, retryable."""
     box.put("/home/user/a.txt", b"a")
     emulator.faults.script("files.download", *[Fault.status(429)] * 8)
-    error = await refused(kit, "read_file", {"sandbox": "dev", "path": "a.txt"})
+    error = await refused(kit, "read_file", {"sandbox": "dev", "remote": "a.txt"})
     assert (error.code, error.retryable) == (ErrorCode.RATE_LIMITED, True)
     assert len(emulator.journal_for("files.download")) == 5
 
@@ -377,10 +377,10 @@ async def test_server_errors_and_an_outage_are_unavailable(
     the same call succeeds once the service is back."""
     box.put("/home/user/a.txt", b"a")
     emulator.faults.script("files.download", *[Fault.status(503)] * 5)
-    error = await refused(kit, "read_file", {"sandbox": "dev", "path": "a.txt"})
+    error = await refused(kit, "read_file", {"sandbox": "dev", "remote": "a.txt"})
     assert (error.code, error.retryable) == (ErrorCode.UNAVAILABLE, True)
     async with emulator.outage() as down:
-        error = await refused(kit, "read_file", {"sandbox": "dev", "path": "a.txt"})
+        error = await refused(kit, "read_file", {"sandbox": "dev", "remote": "a.txt"})
     assert (error.code, error.retryable) == (ErrorCode.UNAVAILABLE, True)
     assert down.requests
     assert (await call(kit, "read_file", sandbox="dev", path="a.txt"))["content"] == "a"
@@ -399,7 +399,7 @@ async def test_an_unexpected_failure_is_internal_and_logged_without_its_text(
 
     monkeypatch.setattr(box.handle.files, "read_text", broken)
     caplog.set_level(logging.DEBUG, logger="sandboxkit")
-    error = await refused(kit, "read_file", {"sandbox": "dev", "path": "a.txt"})
+    error = await refused(kit, "read_file", {"sandbox": "dev", "remote": "a.txt"})
     assert (error.code, error.retryable) == (ErrorCode.INTERNAL, False)
     assert secret not in error.message and error.__cause__ is None
     assert error.__suppress_context__
@@ -552,12 +552,12 @@ async def test_no_result_error_or_log_line_shows_a_credential(
         ids = {"template_id": template["template_id"], "build_id": template["build_id"]}
         runs: list[tuple[str, dict[str, Any]]] = [
             ("list_sandboxes", {}),
-            ("read_file", {"sandbox": "dev", "path": "a.txt"}),
-            ("read_file", {"sandbox": "dev", "path": "missing"}),
-            ("write_file", {"sandbox": "dev", "path": "w.txt", "content": "w"}),
-            ("upload_file", {"sandbox": "dev", "local_path": "up.txt", "path": "up.txt"}),
-            ("download_file", {"sandbox": "dev", "path": "a.txt", "local_path": "a.txt"}),
-            ("download_file", {"sandbox": "dev", "path": "gone", "local_path": "g"}),
+            ("read_file", {"sandbox": "dev", "remote": "a.txt"}),
+            ("read_file", {"sandbox": "dev", "remote": "missing"}),
+            ("write_file", {"sandbox": "dev", "remote": "w.txt", "content": "w"}),
+            ("upload_file", {"sandbox": "dev", "source": "up.txt", "remote": "up.txt"}),
+            ("download_file", {"sandbox": "dev", "remote": "a.txt", "dest": "a.txt"}),
+            ("download_file", {"sandbox": "dev", "remote": "gone", "dest": "g"}),
             ("list_builds", {"template_id": ids["template_id"]}),
             ("get_build", ids),
             ("read_build_logs", ids),
@@ -565,7 +565,7 @@ async def test_no_result_error_or_log_line_shows_a_credential(
             ("get_build", {"template_id": "none", "build_id": "x"}),
         ]
         emulator.expire_token(box.key)
-        runs.append(("read_file", {"sandbox": "dev", "path": "a.txt"}))
+        runs.append(("read_file", {"sandbox": "dev", "remote": "a.txt"}))
         for name, arguments in runs:
             try:
                 texts.append(json.dumps(await kit.call(name, arguments)))
@@ -587,9 +587,10 @@ AGENTS = Path(sandboxkit.__file__).parent / "agents"
 
 
 def test_the_toolkit_uses_only_the_public_sdk() -> None:
-    """The toolkit's modules import from the SDK only `sandboxkit`, `sandboxkit.errors`
-    and `sandboxkit.models` (and each other): nothing private of the SDK."""
-    allowed = {"sandboxkit", "sandboxkit.errors", "sandboxkit.models", "sandboxkit.agents"}
+    """The toolkit's modules import from the SDK only `sandboxkit`, `sandboxkit.errors`,
+    `sandboxkit.models` and `sandboxkit.rules` (and each other): nothing private of the SDK."""
+    allowed = {"sandboxkit", "sandboxkit.errors", "sandboxkit.models", "sandboxkit.rules"}
+    allowed.add("sandboxkit.agents")
     for path in sorted(AGENTS.glob("*.py")):
         if path.name.startswith("_mcp"):
             continue  # the MCP server's, with rules of its own

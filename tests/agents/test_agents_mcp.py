@@ -119,16 +119,20 @@ async def test_a_write_then_a_read_answer_json(mcp_kit: Kit) -> None:
     async with connect(mcp_kit.toolkit) as session:
         text = "héllo, sandbox\n"
         written = await session.call_tool(
-            "write_file", {"sandbox": "dev", "path": "notes.txt", "content": text}
+            "write_file", {"sandbox": "dev", "remote": "notes.txt", "content": text}
         )
         assert not written.is_error
         assert answer(written)["bytes_written"] == len(text.encode())
         assert (mcp_kit.home / "notes.txt").read_bytes() == text.encode()
         assert len(mcp_kit.emulator.journal_for("files.upload")) == 1
-        read = await session.call_tool("read_file", {"sandbox": "dev", "path": "notes.txt"})
+        read = await session.call_tool("read_file", {"sandbox": "dev", "remote": "notes.txt"})
         assert not read.is_error
         page = answer(read)
-        assert (page["content"], page["eof"], page["path"]) == (text, True, "/home/user/notes.txt")
+        assert (page["content"], page["eof"], page["remote"]) == (
+            text,
+            True,
+            "/home/user/notes.txt",
+        )
 
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
@@ -140,7 +144,7 @@ async def test_copies_send_progress_notifications(mcp_kit: Kit, mode: str) -> No
         up = Progress()
         sent = await client.call_tool(
             "upload_file",
-            {"sandbox": "dev", "local_path": "in.bin", "path": "copy.bin"},
+            {"sandbox": "dev", "source": "in.bin", "remote": "copy.bin"},
             progress_callback=up,
         )
         assert answer(sent)["bytes"] == SIZE
@@ -151,7 +155,7 @@ async def test_copies_send_progress_notifications(mcp_kit: Kit, mode: str) -> No
         down = Progress()
         got = await client.call_tool(
             "download_file",
-            {"sandbox": "dev", "path": "remote.bin", "local_path": "out/remote.bin"},
+            {"sandbox": "dev", "remote": "remote.bin", "dest": "out/remote.bin"},
             progress_callback=down,
         )
         result = answer(got)
@@ -179,7 +183,7 @@ async def test_a_cancelled_download_stops_mid_body_and_leaves_no_partial_file(
             call = asyncio.create_task(
                 client.call_tool(
                     "download_file",
-                    {"sandbox": "slow", "path": "big.bin", "local_path": "big.bin"},
+                    {"sandbox": "slow", "remote": "big.bin", "dest": "big.bin"},
                     progress_callback=progress,
                 )
             )
@@ -208,10 +212,10 @@ async def test_a_tool_error_is_a_result_with_is_error_and_its_code(mcp_kit: Kit)
     protocol error: the model reads the code and whether to retry."""
     async with connect(mcp_kit.toolkit) as session:
         cases = [
-            ({"sandbox": "dev", "path": "missing.txt"}, "not_found"),
-            ({"sandbox": "prod", "path": "a.txt"}, "unknown_sandbox"),
-            ({"sandbox": "dev", "path": "../../etc/passwd"}, "invalid_path"),
-            ({"sandbox": "dev", "path": "a.txt", "offset": -1}, "invalid_argument"),
+            ({"sandbox": "dev", "remote": "missing.txt"}, "not_found"),
+            ({"sandbox": "prod", "remote": "a.txt"}, "unknown_sandbox"),
+            ({"sandbox": "dev", "remote": "../../etc/passwd"}, "invalid_path"),
+            ({"sandbox": "dev", "remote": "a.txt", "offset": -1}, "invalid_argument"),
         ]
         for arguments, code in cases:
             result = await session.call_tool("read_file", arguments)
@@ -264,15 +268,15 @@ async def test_no_result_or_notification_shows_a_credential(mcp_kit: Kit) -> Non
         received.append(await client.list_tools())
         calls: list[tuple[str, dict[str, Any]]] = [
             ("list_sandboxes", {}),
-            ("write_file", {"sandbox": "dev", "path": "a.txt", "content": "x"}),
-            ("read_file", {"sandbox": "dev", "path": "a.txt"}),
-            ("upload_file", {"sandbox": "dev", "local_path": "in.bin", "path": "b.bin"}),
+            ("write_file", {"sandbox": "dev", "remote": "a.txt", "content": "x"}),
+            ("read_file", {"sandbox": "dev", "remote": "a.txt"}),
+            ("upload_file", {"sandbox": "dev", "source": "in.bin", "remote": "b.bin"}),
             ("create_template", {"name": "x"}),
         ]
         for name, arguments in calls:
             received.append(await client.call_tool(name, arguments, progress_callback=Progress()))
         mcp_kit.emulator.expire_token(mcp_kit.key)
-        refused = await client.call_tool("read_file", {"sandbox": "dev", "path": "a.txt"})
+        refused = await client.call_tool("read_file", {"sandbox": "dev", "remote": "a.txt"})
         assert answer(refused)["code"] == "authentication_failed"
         received.append(refused)
     assert any(isinstance(m, types.ServerNotification) for m in received)

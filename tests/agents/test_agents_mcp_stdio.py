@@ -120,16 +120,16 @@ async def test_the_stdio_server_serves_the_tools_and_never_shows_a_credential(
             listed = await client.list_tools()
             received.append(listed)
             assert "download_file" in {tool.name for tool in listed.tools}
-            read = await client.call_tool("read_file", {"sandbox": "dev", "path": "hello.txt"})
+            read = await client.call_tool("read_file", {"sandbox": "dev", "remote": "hello.txt"})
             written = await client.call_tool(
-                "write_file", {"sandbox": "dev", "path": "new.txt", "content": "from the model"}
+                "write_file", {"sandbox": "dev", "remote": "new.txt", "content": "from the model"}
             )
             copied = await client.call_tool(
                 "download_file",
-                {"sandbox": "dev", "path": "big.bin", "local_path": "big.bin"},
+                {"sandbox": "dev", "remote": "big.bin", "dest": "big.bin"},
                 progress_callback=count,
             )
-            missing = await client.call_tool("read_file", {"sandbox": "dev", "path": "nope.txt"})
+            missing = await client.call_tool("read_file", {"sandbox": "dev", "remote": "nope.txt"})
             received += [read, written, copied, missing]
     assert not read.is_error and read.structured_content["content"] == "hello from the sandbox\n"
     assert not written.is_error and (mcp_served.home / "new.txt").read_text() == "from the model"
@@ -163,7 +163,7 @@ async def test_stdout_carries_only_protocol_and_eof_ends_the_server(mcp_served: 
         )
         first = json.loads(await process.stdout.readline())
         await _exchange(process, {"jsonrpc": "2.0", "method": "notifications/initialized"})
-        call = {"name": "read_file", "arguments": {"sandbox": "dev", "path": "../../../etc"}}
+        call = {"name": "read_file", "arguments": {"sandbox": "dev", "remote": "../../../etc"}}
         await _exchange(
             process, {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call}
         )
@@ -200,7 +200,9 @@ async def test_the_http_server_answers_on_loopback_and_refuses_a_foreign_host(
                 found = re.search(r"running on http://127\.0\.0\.1:(\d+)", line)
             url = f"http://127.0.0.1:{found.group(1)}/mcp"
             async with mcp.Client(url) as client:
-                read = await client.call_tool("read_file", {"sandbox": "dev", "path": "hello.txt"})
+                read = await client.call_tool(
+                    "read_file", {"sandbox": "dev", "remote": "hello.txt"}
+                )
             foreign = {"Host": "evil.example"}
             async with (
                 aiohttp.ClientSession() as http,

@@ -84,9 +84,9 @@ async def test_hostile_sandbox_paths_are_refused_before_any_request(
     emulator's journal shows no request."""
     before = len(emulator.journal)
     calls = [
-        ("read_file", {"sandbox": "dev", "path": path}),
-        ("write_file", {"sandbox": "dev", "path": path, "content": "x"}),
-        ("download_file", {"sandbox": "dev", "path": path, "local_path": "x"}),
+        ("read_file", {"sandbox": "dev", "remote": path}),
+        ("write_file", {"sandbox": "dev", "remote": path, "content": "x"}),
+        ("download_file", {"sandbox": "dev", "remote": path, "dest": "x"}),
     ]
     for name, arguments in calls:
         error = await refused(copy_kit, name, arguments)
@@ -98,8 +98,8 @@ async def test_hostile_sandbox_paths_are_refused_before_any_request(
 async def test_paths_that_fold_back_under_the_root_are_used(copy_kit: Toolkit, box: Box) -> None:
     """`..` that stays under the root is folded, and the folded path is what is read."""
     box.put("/home/user/b.txt", b"b")
-    result = await copy_kit.call("read_file", {"sandbox": "dev", "path": "/home/user/a/../b.txt"})
-    assert (result["path"], result["content"]) == ("/home/user/b.txt", "b")
+    result = await copy_kit.call("read_file", {"sandbox": "dev", "remote": "/home/user/a/../b.txt"})
+    assert (result["remote"], result["content"]) == ("/home/user/b.txt", "b")
 
 
 # -- upload_file -----------------------------------------------------------------------------
@@ -115,13 +115,13 @@ async def test_upload_copies_a_workspace_file_with_progress(
     seen: list[tuple[int, int | None]] = []
     result = await copy_kit.call(
         "upload_file",
-        {"sandbox": "dev", "local_path": "in/data.bin", "path": "data.bin"},
+        {"sandbox": "dev", "source": "in/data.bin", "remote": "data.bin"},
         progress=lambda done, total: seen.append((done, total)),
     )
     assert result == {
         "sandbox": "dev",
-        "local_path": "in/data.bin",
-        "path": "/home/user/data.bin",
+        "source": "in/data.bin",
+        "remote": "/home/user/data.bin",
         "bytes": len(data),
     }
     assert box.get("/home/user/data.bin") == data
@@ -160,7 +160,7 @@ async def test_uploads_from_outside_the_workspace_are_refused(
     (workspace / "a-dir").mkdir()
     before = len(emulator.journal)
     error = await refused(
-        copy_kit, "upload_file", {"sandbox": "dev", "local_path": local_path, "path": "x"}
+        copy_kit, "upload_file", {"sandbox": "dev", "source": local_path, "remote": "x"}
     )
     assert error.code is code
     assert str(outside) not in error.message and str(workspace) not in error.message
@@ -173,7 +173,7 @@ async def test_a_link_that_stays_inside_the_workspace_is_followed(
     """A link to another workspace file is fine: what it names is inside."""
     (workspace / "real.txt").write_bytes(b"real")
     (workspace / "alias.txt").symlink_to(workspace / "real.txt")
-    await copy_kit.call("upload_file", {"sandbox": "dev", "local_path": "alias.txt", "path": "r"})
+    await copy_kit.call("upload_file", {"sandbox": "dev", "source": "alias.txt", "remote": "r"})
     assert box.get("/home/user/r") == b"real"
 
 
@@ -186,7 +186,7 @@ async def test_an_upload_over_the_copy_cap_sends_nothing(
     )
     (workspace / "big").write_bytes(b"x" * 101)
     before = len(emulator.journal)
-    error = await refused(kit, "upload_file", {"sandbox": "dev", "local_path": "big", "path": "b"})
+    error = await refused(kit, "upload_file", {"sandbox": "dev", "source": "big", "remote": "b"})
     assert error.code is ErrorCode.TOO_LARGE and "101 bytes" in error.message
     assert len(emulator.journal) == before
 
@@ -202,13 +202,13 @@ async def test_download_lands_in_the_workspace_making_its_directories(
     data = payload(500_000, seed=12)
     box.put("/home/user/out.bin", data)
     result = await copy_kit.call(
-        "download_file", {"sandbox": "dev", "path": "out.bin", "local_path": "new/dir/out.bin"}
+        "download_file", {"sandbox": "dev", "remote": "out.bin", "dest": "new/dir/out.bin"}
     )
     assert json.loads(json.dumps(result)) == result
     assert result == {
         "sandbox": "dev",
-        "path": "/home/user/out.bin",
-        "local_path": "new/dir/out.bin",
+        "remote": "/home/user/out.bin",
+        "dest": "new/dir/out.bin",
         "bytes": len(data),
         "sha256": hashlib.sha256(data).hexdigest(),
     }
@@ -238,7 +238,7 @@ async def test_downloads_never_write_outside_or_through_a_link(
         str(outside / "secret.txt"),
         "inside.txt/x",
     ):
-        arguments = {"sandbox": "dev", "path": "a.txt", "local_path": local_path}
+        arguments = {"sandbox": "dev", "remote": "a.txt", "dest": local_path}
         error = await refused(copy_kit, "download_file", arguments)
         assert error.code is ErrorCode.INVALID_PATH, local_path
         if str(outside) not in local_path:  # a message quotes the model's own path only
@@ -257,9 +257,9 @@ async def test_a_download_over_the_copy_cap_leaves_nothing(
     workspace: Path,
     chunked: bool,
 ) -> None:
-    """A file over max_copy is too_large whether its size is announced (stopped at its
-    first piece) or not (stopped once the bytes pass the cap); no file or partial file
-    stays in the workspace."""
+    """A file over max_copy is too_large whether its size is announced (refused from the
+    answer's head, `files.download(max_size=)`) or not (stopped one byte past the cap), in
+    one GET; no file or partial file stays in the workspace."""
     box = await new_box(emulator, emulator_client, CHUNKED if chunked else None)
     box.put("/home/user/big.bin", payload(3 << 20, seed=13))
     kit = Toolkit(
@@ -269,11 +269,12 @@ async def test_a_download_over_the_copy_cap_leaves_nothing(
         limits=ToolLimits(max_copy=1 << 20),
     )
     error = await refused(
-        kit, "download_file", {"sandbox": "dev", "path": "big.bin", "local_path": "big.bin"}
+        kit, "download_file", {"sandbox": "dev", "remote": "big.bin", "dest": "big.bin"}
     )
     assert error.code is ErrorCode.TOO_LARGE
     assert ("3145728 bytes" in error.message) is not chunked
     assert listing(workspace) == []
+    assert len(emulator.journal_for("files.download")) == 1
 
 
 async def test_a_cancelled_download_leaves_no_file(
@@ -293,7 +294,7 @@ async def test_a_cancelled_download_leaves_no_file(
     task = asyncio.create_task(
         copy_kit.call(
             "download_file",
-            {"sandbox": "dev", "path": "big.bin", "local_path": "dl/big.bin"},
+            {"sandbox": "dev", "remote": "big.bin", "dest": "dl/big.bin"},
             progress=progress,
         )
     )
@@ -310,6 +311,38 @@ async def test_without_a_workspace_the_copy_tools_are_absent(
 ) -> None:
     """A toolkit without a workspace has no upload_file or download_file to call."""
     kit = Toolkit(emulator_client, {"dev": box.handle})
-    arguments = {"sandbox": "dev", "path": "a", "local_path": "a"}
+    arguments = {"sandbox": "dev", "remote": "a", "dest": "a"}
     error = await refused(kit, "download_file", arguments)
     assert error.code is ErrorCode.INVALID_ARGUMENT and "No tool" in error.message
+
+
+async def test_the_former_argument_names_are_still_taken_and_never_shown(
+    copy_kit: Toolkit, box: Box, workspace: Path
+) -> None:
+    """A model that calls with the names the tools took before issue 39 (`path`,
+    `local_path`, `limit`) is served as with the SDK's (`remote`, `source`, `dest`,
+    `length`); no schema shows a former name; a former name given beside its new one is
+    refused as no argument of the tool."""
+    box.put("/home/user/a.txt", b"abcdef")
+    (workspace / "in.txt").write_bytes(b"from the workspace")
+    read = await copy_kit.call("read_file", {"sandbox": "dev", "path": "a.txt", "limit": 4})
+    assert (read["remote"], read["content"], read["next_offset"]) == ("/home/user/a.txt", "abcd", 4)
+    down = await copy_kit.call(
+        "download_file", {"sandbox": "dev", "path": "a.txt", "local_path": "a"}
+    )
+    assert (down["remote"], down["dest"]) == ("/home/user/a.txt", "a")
+    assert (workspace / "a").read_bytes() == b"abcdef"
+    up = {"sandbox": "dev", "local_path": "in.txt", "path": "up.txt"}
+    assert (await copy_kit.call("upload_file", up))["remote"] == "/home/user/up.txt"
+    assert box.get("/home/user/up.txt") == b"from the workspace"
+    written = await copy_kit.call("write_file", {"sandbox": "dev", "path": "w.txt", "content": "w"})
+    assert written["remote"] == "/home/user/w.txt"
+    for tool in copy_kit.tools:
+        assert not {"path", "local_path"} & set(tool.input_schema["properties"]), tool.name
+        assert "local_path" not in tool.description
+    assert (
+        "limit" not in {t.name: t for t in copy_kit.tools}["read_file"].input_schema["properties"]
+    )
+    both = {"sandbox": "dev", "remote": "a.txt", "path": "b.txt"}
+    error = await refused(copy_kit, "read_file", both)
+    assert error.code is ErrorCode.INVALID_ARGUMENT and "path: is not an argument" in error.message

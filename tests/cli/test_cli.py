@@ -23,8 +23,8 @@ from ..cli_support import EmulatorThread, assert_one_line_error, cli_process, in
 def create(emu: EmulatorThread, name: str, *extra: str) -> dict[str, Any]:
     """Create a template through the CLI and return its JSON result."""
     result = invoke(
-        emu, "templates", "create", name, "--cpu", "2", "--memory-mb", "2048", "--disk-mb",
-        "4096", "--json", *extra,
+        emu, "templates", "create", name, "--cpu-count", "2", "--memory-mb", "2048",
+        "--disk-size-mb", "4096", "--json", *extra,
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     created: dict[str, Any] = json.loads(result.stdout)
@@ -54,8 +54,9 @@ def test_create_labels_and_split_flow(emulator_thread: EmulatorThread) -> None:
     assert emulator_thread.emu.build_status(created["build_id"]) == "waiting"
     # The label is in the body the key was first used with: another label is a mismatch.
     relabelled = invoke(
-        emulator_thread, "templates", "create", "labelled", "--cpu", "2", "--memory-mb", "2048",
-        "--disk-mb", "4096", "--label", "team=other", "--split", "--idempotency-key", "k-l",
+        emulator_thread, "templates", "create", "labelled", "--cpu-count", "2", "--memory-mb",
+        "2048", "--disk-size-mb", "4096", "--label", "team=other", "--split",
+        "--idempotency-key", "k-l",
     )  # fmt: skip
     assert relabelled.exit_code == 1, relabelled.output
     assert "IdempotencyMismatchError" in relabelled.output
@@ -71,15 +72,15 @@ def test_create_bad_name_is_one_line_and_sends_nothing(emulator_thread: Emulator
 
 def test_create_needs_resources(emulator_thread: EmulatorThread) -> None:
     """Missing resources is a one-line usage error, exit 2."""
-    result = invoke(emulator_thread, "templates", "create", "x", "--cpu", "2")
-    assert_one_line_error(result, 2, "--memory-mb", "--help")
+    result = invoke(emulator_thread, "templates", "create", "x", "--cpu-count", "2")
+    assert_one_line_error(result, 2, "--memory-mb, --disk-size-mb", "--help")
 
 
 def test_service_error_names_class_status_and_request_id(emulator_thread: EmulatorThread) -> None:
     """A split flow in an IDC without it prints the 422 with its request id, exit 1."""
     result = invoke(
-        emulator_thread, "templates", "create", "nosplit", "--product", "sku-small", "--idc",
-        "cli-nosplit", "--split",
+        emulator_thread, "templates", "create", "nosplit", "--product", "sku-small",
+        "--idc-name", "cli-nosplit", "--split",
     )  # fmt: skip
     assert_one_line_error(result, 1, "UnprocessableEntityError", "status=422", "request_id=req-")
 

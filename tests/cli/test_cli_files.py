@@ -50,13 +50,15 @@ def write_pattern(path: Path, size: int) -> str:
 
 
 def test_upload_then_download_round_trip(emulator_thread: EmulatorThread, tmp_path: Path) -> None:
-    """Upload and download print a final line with size, resumes and a matching sha256."""
+    """Upload and download print a final line with size, attempts, resumes and a matching
+    sha256."""
     env = emulator_thread.sandbox_env()
     source = tmp_path / "in.bin"
     digest = write_pattern(source, 3 * MiB + 5)
     up = invoke(emulator_thread, "files", "upload", str(source), "/home/user/in.bin", env=env)
     assert up.exit_code == 0, up.output
     assert f"sha256={digest}" in up.stdout and "uploaded 3.0 MiB" in up.stdout
+    assert "attempts=1 resumes=0" in up.stdout  # the UploadResult's count
     emulator_thread.emu.faults.script("files.download", Fault.cut(after_bytes=MiB))
     down = invoke(emulator_thread, "files", "download", "/home/user/in.bin", str(tmp_path), env=env)
     assert down.exit_code == 0, down.output
@@ -302,7 +304,8 @@ def test_the_command_to_resume_repeats_what_was_typed_but_the_token(
     result = CliRunner().invoke(cli, typed, env=env)
     assert result.exit_code == 130, result.output
     command = ["cli", "files", "download", "/home/user/a b.bin", "./-out.bin"]
-    command += ["--ca-file", str(ca), "--debug", "--domain", "d", "--token", "..."]
+    # Typed by their old names (hidden aliases), said by the SDK's.
+    command += ["--ca-file", str(ca), "--debug", "--domain", "d", "--access-token", "..."]
     command += ["--no-checksum"]
     assert result.stderr.splitlines() == [
         "interrupted: kept the partial file '.-out.bin.part' (1.0 MiB of 2.0 MiB); '-out.bin' "
@@ -364,7 +367,7 @@ def test_a_second_signal_while_exiting_changes_nothing(
         env = held.env()
         if keep:
             del env["SANDBOXKIT_SANDBOX_TOKEN"]
-            extra = ["--token", SECRET]
+            extra = ["--access-token", SECRET]
         else:
             extra = ["--no-keep-partial"]
         args = ["files", "download", "/f.bin", str(tmp_path), *extra]
@@ -391,7 +394,8 @@ def test_a_second_signal_while_exiting_changes_nothing(
         command = shlex.join(["sandboxkit", "files", "download", "/f.bin", str(tmp_path)])
         said = (
             f"{line}: kept the partial file {str(part)!r} ({format_size(kept)} of "
-            f"{format_size(TOTAL)}); {dest!r} is as it was; to resume, run: {command} --token ..."
+            f"{format_size(TOTAL)}); {dest!r} is as it was; to resume, run: {command} "
+            "--access-token ..."
         )
         assert sorted(p.name for p in tmp_path.iterdir()) == [".f.bin.part", ".f.bin.part.json"]
         assert part.read_bytes() == held.server.data[:kept]
@@ -518,7 +522,7 @@ def test_options_are_taken_wherever_a_user_types_them(
         "--sandbox-key",
         sandbox["SANDBOXKIT_SANDBOX_KEY"],
         f"--domain={sandbox['SANDBOXKIT_SANDBOX_DOMAIN']}",
-        "--token",
+        "--access-token",
         sandbox["SANDBOXKIT_SANDBOX_TOKEN"],
         "--data-plane-scheme",
         "http",
@@ -531,7 +535,7 @@ def test_options_are_taken_wherever_a_user_types_them(
     )
     assert up.exit_code == 0, up.output
     console = ["--api-key", emulator_thread.emu.api_key, "--base-url", emulator_thread.emu.base_url]
-    sizes = ["--cpu", "1", "--memory-mb", "512", "--disk-mb", "1024"]
+    sizes = ["--cpu-count", "1", "--memory-mb", "512", "--disk-size-mb", "1024"]
     created = runner.invoke(cli, ["templates", "create", "anywhere", *sizes, *console], env=unset)
     assert created.exit_code == 0, created.output
     assert emulator_thread.emu.journal[-1].route == "templates.create"

@@ -47,7 +47,9 @@ class Unseekable(io.RawIOBase):
     ["bytes", "bytearray", "memoryview", "str", "path", "file", "bytesio", "stream", "aiter"],
 )
 async def test_every_source_kind_round_trips(box: Box, tmp_path: Path, kind: str) -> None:
-    """Each kind of source writes exactly its bytes and returns the FileEntry."""
+    """Each kind of source writes exactly its bytes and returns an UploadResult: the file
+    the service reports, the bytes sent (counted where the source's size is unknown) and
+    one attempt."""
     data = payload(300 * KiB + 7)
     local = tmp_path / "src.bin"
     local.write_bytes(data)
@@ -63,8 +65,10 @@ async def test_every_source_kind_round_trips(box: Box, tmp_path: Path, kind: str
             "stream": Unseekable(data),
             "aiter": chunks_of(data),
         }[kind]
-        entry = await box.files.upload("/home/user/dst.bin", source)
-    assert entry == sandboxkit.FileEntry(path="/home/user/dst.bin", name="dst.bin", type="file")
+        result = await box.files.upload("/home/user/dst.bin", source)
+    assert isinstance(result, sandboxkit.UploadResult) and result.elapsed >= 0
+    assert (result.path, result.name, result.type) == ("/home/user/dst.bin", "dst.bin", "file")
+    assert (result.size, result.attempts) == (len(data), 1)
     assert box.get("/home/user/dst.bin") == data
 
 
@@ -73,8 +77,9 @@ async def test_seekable_file_sends_from_its_current_position(emulator: Emulator,
     handle = io.BytesIO(b"header:" + b"body" * 1000)
     handle.seek(7)
     emulator.faults.script("files.upload", Fault.status(502))  # the replay is part of the claim
-    await box.files.upload("/home/user/rest.bin", handle)
+    result = await box.files.upload("/home/user/rest.bin", handle)
     assert box.get("/home/user/rest.bin") == b"body" * 1000
+    assert (result.size, result.attempts) == (4000, 2)
     assert [r.status for r in emulator.journal_for("files.upload")] == [502, 200]
 
 
@@ -88,7 +93,8 @@ async def test_replayable_sources_are_resent_in_full(
     local.write_bytes(data)
     source = {"bytes": data, "path": local, "bytesio": io.BytesIO(data)}[kind]
     emulator.faults.script("files.upload", Fault.status(502), Fault.status(429, retry_after="0"))
-    await box.files.upload("/home/user/r.bin", source)
+    result = await box.files.upload("/home/user/r.bin", source)
+    assert (result.size, result.attempts) == (len(data), 3)  # every POST counted
     journal = emulator.journal_for("files.upload")
     assert [r.status for r in journal] == [502, 429, 200]
     assert box.get("/home/user/r.bin") == data
