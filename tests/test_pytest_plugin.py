@@ -4,10 +4,12 @@ subprocess (strict and auto asyncio modes), with the plugin found through its en
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -202,10 +204,14 @@ def test_outside_pytest_importing_sandboxkit_loads_the_client() -> None:
 
 
 def test_every_public_name_loads_on_first_use() -> None:
-    """The names `import sandboxkit` promises are all there, each the object its module has."""
+    """The names `import sandboxkit` promises are all there, each the object its module has
+    (a type alias, `Progress`, the object of the module `_LAZY` names for it)."""
     for name in sandboxkit.__all__:
         value = getattr(sandboxkit, name)
-        if hasattr(value, "__module__") and name != "__version__":
+        if isinstance(value, types.GenericAlias):
+            module = importlib.import_module(sandboxkit._LAZY[name], "sandboxkit")
+            assert getattr(module, name) is value
+        elif hasattr(value, "__module__") and name != "__version__":
             assert getattr(sys.modules[value.__module__], value.__name__) is value
     assert set(sandboxkit.__all__) <= set(dir(sandboxkit))
     with pytest.raises(AttributeError, match="no attribute 'Clinet'"):

@@ -112,6 +112,7 @@ WIRE_MODELS = [
     and cls
     not in (
         models.DownloadResult,
+        models.UploadResult,
         models.FileRange,
         models.TextPage,
         models.Container,
