@@ -27,9 +27,9 @@ from .._core.protocol import (
     ETAG,
     FILES_PATH,
     LAST_MODIFIED,
+    data_request,
     is_idempotent,
-    query_string,
-    range_headers,
+    request_target,
 )
 from .._core.resume import Action, Decision, Mode, ResponseInfo, ResumeState
 from .._core.retry import TryAgain, is_transient
@@ -126,10 +126,12 @@ class Request:
     params: list[tuple[str, str]]
     chunk_size: int
     options: CallOptions
-    # Written once: every attempt and slice of the download sends the same query.
-    query: str = attrs.field(
-        init=False, default=attrs.Factory(lambda self: query_string(self.params), takes_self=True)
-    )
+    # Written once: every attempt and slice of the download sends the same path and query.
+    target: str = attrs.field(init=False)
+
+    @target.default
+    def _target(self) -> str:
+        return request_target(FILES_PATH, self.params)
 
 
 async def fetch(
@@ -209,19 +211,19 @@ class _Fetch:
         """One GET, from where the state says, its body into the sink."""
         request, state, sink = self.request, self.state, self.sink
         start = state.begin_request()
-        headers = (
-            None
-            if start is None
-            else range_headers(start, state.range_end(), if_range=state.if_range())
-        )
-        async with request.plane.open(
-            "GET",
-            FILES_PATH,
-            operation=OPERATION,
-            timeout=timeout,
-            params=request.query,
-            headers=headers,
-        ) as response:
+        if start is None:
+            get = data_request("GET", request.target, OPERATION, timeout)
+        else:
+            get = data_request(
+                "GET",
+                request.target,
+                OPERATION,
+                timeout,
+                start=start,
+                end=state.range_end(),
+                if_range=state.if_range(),
+            )
+        async with request.plane.open(get) as response:
             whole = self.whole
             if whole is not None and start is None and response.status == 200 and not whole.pieces:
                 # A fresh GET answered 200 with all of its Content-Length here (aiohttp's

@@ -19,7 +19,7 @@ import attrs
 
 from .._core.answers import Reply
 from .._core.options import NO_OPTIONS, CallOptions, Timeout
-from .._core.protocol import is_idempotent
+from .._core.protocol import DataRequest, data_request, is_idempotent, request_target
 from .._core.retry import TryAgain
 from .._core.validation import check_remote_path
 from .._http.bodies import StreamingResponse
@@ -76,30 +76,10 @@ class DataPlane:
             pairs.append(("username", username))
         return pairs
 
-    def open(
-        self,
-        method: str,
-        path: str,
-        *,
-        operation: str,
-        timeout: Timeout,
-        params: Sequence[tuple[str, str]] | str = (),
-        headers: dict[str, str] | None = None,
-        data: Any = None,
-    ) -> AbstractAsyncContextManager[StreamingResponse]:
-        """One request on this host's pool (its 429 window moved by the answer); the body
-        stays unread. `params` may be a query already written. Use inside an attempt of
-        `run`."""
-        return self.calls.transport.open(
-            self.host,
-            method,
-            path,
-            operation=operation,
-            timeout=timeout,
-            params=params,
-            headers=headers,
-            data=data,
-        )
+    def open(self, request: DataRequest) -> AbstractAsyncContextManager[StreamingResponse]:
+        """`request` on this host's pool (its 429 window moved by the answer); the body
+        stays unread. Use inside an attempt of `run`."""
+        return self.calls.transport.open(self.host, request)
 
     def run(
         self,
@@ -133,10 +113,10 @@ class DataPlane:
     ) -> Reply:
         """A request whose answer is JSON: retried as its method allows, deciphered whole."""
 
+        target = request_target(path, params)
+
         async def attempt(timeout: Timeout) -> Reply:
-            async with self.open(
-                method, path, operation=operation, timeout=timeout, params=params
-            ) as response:
+            async with self.open(data_request(method, target, operation, timeout)) as response:
                 return await response.reply(REPLY_LIMIT)
 
         return await self.run(operation, attempt, idempotent=is_idempotent(method), options=options)

@@ -42,7 +42,7 @@ import anyio
 import attrs
 
 from .._core.options import ParallelDownloads, Timeout
-from .._core.protocol import FILES_PATH, range_headers
+from .._core.protocol import data_request
 from .._core.resume import Action, ResumeState, Validators
 from .._core.retry import TryAgain
 from .._core.slices import Span, far_enough, judge_slice, missing, split
@@ -346,14 +346,10 @@ class _Run:
             nonlocal at
             self.attempts += 1
             self.resumes += at > start or start in self._continued
-            async with request.plane.open(
-                "GET",
-                FILES_PATH,
-                operation=OPERATION,
-                timeout=timeout,
-                params=request.query,
-                headers=range_headers(at, end, if_range),
-            ) as response:
+            get = data_request(
+                "GET", request.target, OPERATION, timeout, start=at, end=end, if_range=if_range
+            )
+            async with request.plane.open(get) as response:
                 decision, stop = judge_slice(
                     response_info(response), at, end, file.ledger.total, held
                 )
