@@ -25,7 +25,6 @@ from .._core.validation import check_remote_path
 from .._http.bodies import StreamingResponse
 from .._http.calls import Calls
 from .._http.pools import HostKey
-from .._http.telemetry import Transfer
 from ..errors import ValidationError
 
 __all__ = ["REPLY_LIMIT", "DataPlane", "Progress", "check_chunk_size", "check_destination"]
@@ -85,22 +84,12 @@ class DataPlane:
         self,
         operation: str,
         attempt: Callable[[Timeout], Awaitable[T | TryAgain]],
-        *,
-        idempotent: bool,
-        options: CallOptions = NO_OPTIONS,
-        progress: Callable[[], int] | None = None,
-        transfer: Transfer | None = None,
+        **how: Any,
     ) -> Coroutine[Any, Any, T]:
-        """The client's one retry loop around `attempt` (see `Calls.run`), to be awaited."""
-        return self.calls.run(
-            operation,
-            attempt,
-            idempotent=idempotent,
-            options=options,
-            progress=progress,
-            host=self.host.origin,
-            transfer=transfer,
-        )
+        """The client's one retry loop around `attempt`, to be awaited: `Calls.run` sending
+        to this host (waited for while its circuit is open). `how` (`idempotent`, `options`,
+        `progress`, `transfer`) passes through to it as it is."""
+        return self.calls.run(operation, attempt, host=self.host.origin, **how)
 
     async def call_json(
         self,
