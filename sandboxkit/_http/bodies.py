@@ -107,6 +107,7 @@ class StreamingResponse:
         "_response",
         "_ring",
         "coding",
+        "head_seconds",
         "headers",
         "on_body",
         "status",
@@ -127,6 +128,9 @@ class StreamingResponse:
         self.headers: Mapping[str, str] = response.headers
         self.coding = content_coding(response.headers.get(CONTENT_ENCODING))
         self.on_body: Callable[[], None] | None = None  # called at the first body byte read
+        # From the request's sending (its pool slot held) to its answer's head, in seconds:
+        # with `link()`, what tells a long link (`_slices.far_enough`). Its request sets it.
+        self.head_seconds = 0.0
 
     @property
     def received(self) -> int:

@@ -95,7 +95,7 @@ class Transport:
         self.proxies = proxies if proxies is not None else ProxyRoutes()
         self.tunnel_headers = self.proxies.tunnel_headers()
         self._callers_resolver = resolver
-        self._clock = clock
+        self.clock = clock  # the pools', the circuits' and the answers' (`head_seconds`)
         self._closed = False
         self._start_afresh()
         restart_in_child(self, Transport._start_afresh)
@@ -110,10 +110,10 @@ class Transport:
         self._forgotten: AsyncGeneratorType[None, None] | None = None
         self._control: aiohttp.ClientSession | None = None
         self.hosts: HostPools[aiohttp.ClientSession] = HostPools(
-            self.limits, self._make_host_session, self._clock
+            self.limits, self._make_host_session, self.clock
         )
         # What each request met, by host: `Calls` waits on a host whose circuit is open.
-        self.circuits = Circuits(self._clock, console=self.base_url)
+        self.circuits = Circuits(self.clock, console=self.base_url)
         # Answers whose body is being read; `aclose()` ends them first (see there).
         self.reading: set[Answer] = set()
 
@@ -413,6 +413,7 @@ class HostRequest:
                 exchange = self._exchange = Exchange(watch, request.method, origin_of(host.origin))
                 headers = exchange.sending(dict(headers) if headers else None)
             lean = self._lean(pool, headers)
+            sent = transport.clock()
             try:
                 response: Answer
                 if lean is not None:
@@ -442,6 +443,7 @@ class HostRequest:
                 raise error  # outside the except block: see _translate.mapped
             self._response = response  # from here on, whatever happens, `_end` ends it
             self._streaming = StreamingResponse(response, request.operation, timeout.read)
+            self._streaming.head_seconds = transport.clock() - sent
             pool.observe(response.status)
             self._headed = transport.circuits.headed(host.origin, response.status)
             if exchange is not None:

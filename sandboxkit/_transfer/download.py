@@ -141,7 +141,7 @@ async def fetch(
     progress: Progress | None = None,
     *,
     state: ResumeState | None = None,
-    on_stream: Callable[[ResumeState], int | None] | None = None,
+    on_stream: Callable[[ResumeState, StreamingResponse], int | None] | None = None,
 ) -> ResumeState:
     """Run the whole download into `sink`; returns the final state (done).
 
@@ -150,9 +150,10 @@ async def fetch(
 
     Args:
         state: where to start (a resumed partial file); default the first byte.
-        on_stream: told the state each time an answer's body is about to be read; what it
-            returns, if not None, is the offset at which to stop reading that body (the rest
-            of the file is fetched by others: `_ranged`), and fetch then returns not done.
+        on_stream: told the state and the answer each time an answer's body is about to be
+            read; what it returns, if not None, is the offset at which to stop reading that
+            body (the rest of the file is fetched by others: `_ranged`), and fetch then
+            returns not done.
     """
     download = _Fetch(
         request, sink, progress, state if state is not None else ResumeState(mode), on_stream
@@ -188,7 +189,7 @@ class _Fetch:
         sink: _Sink,
         progress: Progress | None,
         state: ResumeState,
-        on_stream: Callable[[ResumeState], int | None] | None,
+        on_stream: Callable[[ResumeState, StreamingResponse], int | None] | None,
     ) -> None:
         self.request = request
         self.sink = sink
@@ -242,7 +243,7 @@ class _Fetch:
                 return _verdict(decision, response.status)
             if decision.truncate:
                 await sink.truncate()
-            self.stop = self.on_stream(state) if self.on_stream is not None else None
+            self.stop = self.on_stream(state, response) if self.on_stream is not None else None
             body = response.arrived_whole(request.chunk_size)
             if body is not None:
                 # The usual small file: its body came with its head, so there is nothing to
@@ -343,7 +344,7 @@ async def download_to_file(
             sink,
             progress,
             state=await continue_part(sink, part),
-            on_stream=lambda now: part.record(now.total, now.ranges_supported, now.validators),
+            on_stream=lambda now, _: part.record(now.total, now.ranges_supported, now.validators),
         )
         await sink.commit(part.path, dest)
         part.discard()  # the sidecar; the part itself is `dest` now

@@ -34,7 +34,6 @@ import contextlib
 import hashlib
 import logging
 from collections import deque
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -48,14 +47,13 @@ from .._core.retry import TryAgain
 from .._core.slices import Span, far_enough, judge_slice, missing, split
 from .._http.bodies import StreamingResponse
 from .._http.cancel import raise_held, wait_through_cancels
-from .._http.links import UNKNOWN, LinkInfo
 from ..errors import APITimeoutError, ResponseDecodeError, SandboxKitError, ValidationError
 from ..models import DownloadResult
 from .download import OPERATION, Request, _part_of, continue_part, fetch, let_go, response_info
 from .file_sink import FileSink, Piece
 from .inplace import InPlace, Ledger, Writer
 from .partial import PartFile, open_part
-from .plane import DataPlane, Progress
+from .plane import Progress
 
 __all__ = ["check_parts", "download_to_file"]
 
@@ -106,29 +104,6 @@ class _Switch:
 
     async def truncate(self) -> None:
         await (self.writer or self.sink).truncate()
-
-
-@attrs.frozen
-class _TimedPlane(DataPlane):
-    """The host's plane, noting of its latest request when it was sent and what the kernel
-    says of its connection's link (`_slices.far_enough` judges them)."""
-
-    sent: list[float] = attrs.field(factory=lambda: [0.0])
-    link: list[LinkInfo] = attrs.field(factory=lambda: [UNKNOWN])
-
-    @contextlib.asynccontextmanager
-    async def open(self, *args: Any, **kwargs: Any) -> AsyncIterator[StreamingResponse]:
-        self.sent[0] = self.calls.clock()
-        # Not super(): attrs remakes the slotted class, which a decorated method's super() misses.
-        async with DataPlane.open(self, *args, **kwargs) as response:
-            self.link[0] = response.link()
-            yield response
-
-    def far_enough(self, min_latency: float) -> bool:
-        """Whether the latest answer's link is long enough to split its download."""
-        link, head_seconds = self.link[0], self.calls.clock() - self.sent[0]
-        proxied = self.calls.transport.proxies.for_origin(self.host.origin) is not None
-        return far_enough(min_latency, link.rtt, link.loopback, head_seconds, proxied)
 
 
 @attrs.define
@@ -239,10 +214,8 @@ class _Run:
 
     async def _first_stream(self, state: ResumeState) -> None:
         switch = _Switch(self.sink)
-        plane = self.request.plane
-        timed = _TimedPlane(plane.calls, plane.host)
 
-        def on_stream(now: ResumeState) -> int | None:
+        def on_stream(now: ResumeState, response: StreamingResponse) -> int | None:
             if self._stop is not None:
                 return self._stop  # a resumed first answer still stops at its piece's end
             total = now.total
@@ -253,7 +226,7 @@ class _Run:
                 and total is not None
                 and total >= self.parallel.threshold
                 # A short path: one stream is as fast, slices would only cost CPU.
-                and timed.far_enough(self.parallel.min_latency)
+                and self._far_enough(response)
             ):
                 pieces = self._plan([(0, total)], self.parallel.parts)
                 if len(pieces) > 1:
@@ -270,10 +243,17 @@ class _Run:
             if self.file is None and self.progress is not None:
                 self.progress(done, total)
 
-        request = attrs.evolve(self.request, plane=timed)
-        await fetch(request, "file", switch, progress, state=state, on_stream=on_stream)
+        await fetch(self.request, "file", switch, progress, state=state, on_stream=on_stream)
         if self._stop is not None:  # its piece is written: this connection takes more
             await self._worker()
+
+    def _far_enough(self, response: StreamingResponse) -> bool:
+        """Whether the link `response` came over is long enough to split its download."""
+        link, plane = response.link(), self.request.plane
+        proxied = plane.calls.transport.proxies.for_origin(plane.host.origin) is not None
+        return far_enough(
+            self.parallel.min_latency, link.rtt, link.loopback, response.head_seconds, proxied
+        )
 
     def _plan(self, gaps: list[Span], parts: int) -> list[Span]:
         min_piece = min(MIN_PIECE, -(-self.parallel.threshold // self.parallel.parts))

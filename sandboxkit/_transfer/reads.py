@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from .._core.bounds import PageState, decode_page, too_large
 from .._core.resume import ResumeState
+from .._http.bodies import StreamingResponse
 from ..errors import ResponseDecodeError
 from ..models import FileRange, TextPage
 from .download import OPERATION, Request, _MemorySink, fetch
@@ -34,7 +35,7 @@ class _PageSink(_MemorySink):
 
 def _stop_at(
     end: int | None, offset: int, max_size: int | None
-) -> Callable[[ResumeState], int | None]:
+) -> Callable[[ResumeState, StreamingResponse], int | None]:
     """`fetch`'s `on_stream` for a read from `offset` that stops at `end`: with `max_size`,
     a file whose answer's head shows more than that past `offset` is refused.
 
@@ -42,7 +43,7 @@ def _stop_at(
         FileTooLargeError: before the body: none of it is read, its connection is closed.
     """
 
-    def on_stream(now: ResumeState) -> int | None:
+    def on_stream(now: ResumeState, _: StreamingResponse) -> int | None:
         if max_size is not None and (error := too_large(now.total, offset, max_size)):
             raise error
         return end
