@@ -1,4 +1,5 @@
-"""Downloads: the resume state machine driven over real requests, into one of three sinks.
+"""Downloads: the resume state machine driven over real requests, into one of three sinks
+(`sinks`).
 
 `fetch` is the whole algorithm: one `Calls.run` whose attempt is one GET, judged by
 `ResumeState` (docs/design.md section 6). The sinks differ only in where bytes go: a temporary file
@@ -12,11 +13,9 @@ import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
-from typing import Protocol
 
 import anyio
 import attrs
-from anyio.streams.memory import MemoryObjectSendStream
 
 from .._core import operations as ops
 from .._core.options import CallOptions, Timeout
@@ -37,12 +36,11 @@ from .._http.bodies import StreamingResponse
 from .._http.cancel import raise_held, wait_through_cancels
 from ..errors import ResponseDecodeError, SandboxKitError
 from ..models import DownloadResult
-from .file_sink import WRITE_BATCH, FileSink, Piece
 from .partial import PartFile, PartOf, open_part
 from .plane import DataPlane, Progress
+from .sinks import ChannelSink, FileSink, MemorySink, Piece, Sink
 
 __all__ = [
-    "WRITE_BATCH",
     "Request",
     "download_to_file",
     "fetch",
@@ -51,71 +49,6 @@ __all__ = [
 ]
 
 OPERATION = ops.FILES_DOWNLOAD
-
-
-class _Sink(Protocol):
-    """Where `fetch` puts the body's bytes, in order.
-
-    `write` gets `bytes` objects, unless the sink has a true attribute `views`: then large
-    bodies come as memoryviews of up to 4 MiB receive buffers (`_ring`). A sink may keep
-    either as long as it likes (a buffer is never refilled while a view of it is alive),
-    and must assume nothing of a view beyond the buffer protocol and `len`. `flush` is
-    awaited at the end of each answer's body and before a retry after a cut: everything
-    written so far must then be in the sink. `truncate` drops everything (a restart).
-    """
-
-    async def write(self, data: Piece) -> None: ...
-
-    async def flush(self) -> None: ...
-
-    async def truncate(self) -> None: ...
-
-
-class _MemorySink:
-    """The whole file in memory (`read_bytes`).
-
-    Pieces are kept and joined at the end rather than appended to a bytearray: the usual
-    small file is one `bytes` piece, which `join` hands back as it is, so its body is never
-    copied (a bytearray and `bytes()` of it would copy it twice).
-    """
-
-    views = True  # a view is copied at once: kept, it would keep its whole receive buffer
-
-    __slots__ = ("pieces",)
-
-    def __init__(self) -> None:
-        self.pieces: list[bytes] = []
-
-    async def write(self, data: Piece) -> None:
-        self.pieces.append(data if type(data) is bytes else bytes(data))
-
-    async def flush(self) -> None:
-        pass
-
-    async def truncate(self) -> None:
-        self.pieces.clear()
-
-    def value(self) -> bytes:
-        return b"".join(self.pieces)
-
-
-class _ChannelSink:
-    """Hands each chunk to the consumer of `iter_bytes`; waits while it is busy."""
-
-    views = False  # the consumer keeps bytes objects, cut to its chunk_size
-
-    def __init__(self, send: MemoryObjectSendStream[bytes]) -> None:
-        self._send = send
-
-    async def write(self, data: Piece) -> None:
-        assert isinstance(data, bytes)  # views is False: fetch hands bytes only
-        await self._send.send(data)
-
-    async def flush(self) -> None:
-        pass
-
-    async def truncate(self) -> None:  # pragma: no cover - stream mode never truncates
-        raise AssertionError("a stream cannot take back bytes it yielded")
 
 
 @attrs.frozen
@@ -137,7 +70,7 @@ class Request:
 async def fetch(
     request: Request,
     mode: Mode,
-    sink: _Sink,
+    sink: Sink,
     progress: Progress | None = None,
     *,
     state: ResumeState | None = None,
@@ -158,7 +91,7 @@ async def fetch(
     download = _Fetch(
         request, sink, progress, state if state is not None else ResumeState(mode), on_stream
     )
-    if type(sink) is _MemorySink and mode == "file" and progress is None and on_stream is None:
+    if type(sink) is MemorySink and mode == "file" and progress is None and on_stream is None:
         download.whole = sink  # read_bytes: an answer that is the whole file goes straight in
     await request.plane.run(
         OPERATION,
@@ -186,7 +119,7 @@ class _Fetch:
     def __init__(
         self,
         request: Request,
-        sink: _Sink,
+        sink: Sink,
         progress: Progress | None,
         state: ResumeState,
         on_stream: Callable[[ResumeState, StreamingResponse], int | None] | None,
@@ -198,7 +131,7 @@ class _Fetch:
         self.on_stream = on_stream
         self.received = 0  # the file's bytes that came, every attempt's (its span tells them)
         self.stop: int | None = None  # where this answer's body stops being read
-        self.whole: _MemorySink | None = None  # read_all's sink (see `attempt`), else None
+        self.whole: MemorySink | None = None  # read_all's sink (see `attempt`), else None
 
     def held(self) -> int:
         """The bytes held: a try after which there are more moved the transfer forward."""
@@ -407,7 +340,7 @@ def _part_of(request: Request) -> PartOf:
 
 async def read_all(request: Request) -> bytes:
     """Download into memory."""
-    sink = _MemorySink()
+    sink = MemorySink()
     await fetch(request, "file", sink)
     return sink.value()
 
@@ -423,7 +356,7 @@ async def stream_chunks(request: Request) -> AsyncGenerator[bytes, None]:
 
     async def produce() -> None:
         async with send:
-            await fetch(request, "stream", _ChannelSink(send))
+            await fetch(request, "stream", ChannelSink(send))
 
     task = asyncio.create_task(produce())
     try:

@@ -50,10 +50,10 @@ from .._http.cancel import raise_held, wait_through_cancels
 from ..errors import APITimeoutError, ResponseDecodeError, SandboxKitError, ValidationError
 from ..models import DownloadResult
 from .download import OPERATION, Request, _part_of, continue_part, fetch, let_go, response_info
-from .file_sink import FileSink, Piece
 from .inplace import InPlace, Ledger, Writer
 from .partial import PartFile, open_part
 from .plane import Progress
+from .sinks import FileSink, Switch
 
 __all__ = ["check_parts", "download_to_file"]
 
@@ -77,33 +77,6 @@ class _Restart(Exception):
 class _RangesIgnored(Exception):
     """A piece was answered with the whole file, unchanged: Range is stripped on the way,
     so the download goes on as one stream."""
-
-
-class _Switch:
-    """The first GET's sink: the file sink as one stream, or, once split, a `_Writer`."""
-
-    def __init__(self, sink: FileSink) -> None:
-        self.sink = sink
-        self.writer: Writer | None = None
-
-    @property
-    def views(self) -> bool:
-        """Whether `fetch` may hand this answer's pieces as views of a reused buffer (a
-        sink that says so, see `fetch`): the file sink copies them; a `Writer` keeps each
-        piece until its batch is written, so it needs bytes. Asked after `on_stream`."""
-        return self.writer is None and bool(getattr(self.sink, "views", False))
-
-    async def write(self, data: Piece) -> None:
-        if self.writer is None:
-            await self.sink.write(data)
-        else:  # bytes here (`views` is false): bytes() of bytes is the object itself
-            await self.writer.write(bytes(data))
-
-    async def flush(self) -> None:
-        await (self.writer or self.sink).flush()
-
-    async def truncate(self) -> None:
-        await (self.writer or self.sink).truncate()
 
 
 @attrs.define
@@ -213,7 +186,7 @@ class _Run:
             self._first = None
 
     async def _first_stream(self, state: ResumeState) -> None:
-        switch = _Switch(self.sink)
+        switch = Switch(self.sink)
 
         def on_stream(now: ResumeState, response: StreamingResponse) -> int | None:
             if self._stop is not None:

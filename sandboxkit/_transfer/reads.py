@@ -19,18 +19,10 @@ from .._core.resume import ResumeState
 from .._http.bodies import StreamingResponse
 from ..errors import ResponseDecodeError
 from ..models import FileRange, TextPage
-from .download import OPERATION, Request, _MemorySink, fetch
+from .download import OPERATION, Request, fetch
+from .sinks import MemorySink, PageSink
 
 __all__ = ["read_all", "read_range", "read_text"]
-
-
-class _PageSink(_MemorySink):
-    """A page in memory, given pieces as the connection delivers them (never the 4 MiB
-    buffers a large body is read into below the parser, `_ring`, which read that far ahead
-    of where a page stops)."""
-
-    __slots__ = ()
-    views = False
 
 
 def _stop_at(
@@ -60,7 +52,7 @@ async def _page(
         FileTooLargeError: with `max_size`, more than that many bytes lie past `offset`.
     """
     state = PageState.at(offset, end)
-    sink = _PageSink()
+    sink = PageSink()
     await fetch(request, "file", sink, state=state, on_stream=_stop_at(end, offset, max_size))
     # The page is the sink's first `held` bytes: a read that ended without a body (a 416)
     # right after a start-over finds the sink still holding the dropped version's.
@@ -105,7 +97,7 @@ async def read_text(
 
 async def read_all(request: Request, max_size: int) -> bytes:
     """`files.read_bytes(max_size=...)`: the whole file, or FileTooLargeError."""
-    sink = _MemorySink()
+    sink = MemorySink()
     # Reading stops one byte past the cap: that byte tells a file over it.
     state = await fetch(request, "file", sink, on_stream=_stop_at(max_size + 1, 0, max_size))
     if error := too_large(state.total, 0, max_size, state.position):
