@@ -2,7 +2,7 @@
 
 `DataPlane.open` sends one request on the host's own pool (the only session carrying its
 token, which never follows a redirect); `Calls.run` around it retries. A JSON-answering
-operation is `DataPlane.call_json`; download and upload (`_download`, `_upload`) are short
+operation is `DataPlane.call_json`; download and upload (`download`, `upload`) are short
 functions over `open`. Adding an operation (command execution, say) is one function here or
 beside them, a model, an emulator route and a test.
 """

@@ -1,6 +1,6 @@
 """Bounded reads (issue 31): a page of a file, a text page, a whole read under a size cap.
 
-Each is one `_download.fetch` into memory (the download's retry loop, resume machine and
+Each is one `download.fetch` into memory (the download's retry loop, resume machine and
 connection handling), stopped where the read ends. A page runs under `_bounds.PageState`:
 every GET asks for `Range: bytes=a-b`, bounded by the page's end, and a data center without
 ranges, which answers with the whole file, is read only up to the page's end: the bytes

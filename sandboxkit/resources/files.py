@@ -15,7 +15,6 @@ from .._core import bounds as _bounds
 from .._core.options import CallOptions, ParallelDownloads, RetryPolicy, Timeout
 from .._core.validation import check_flag, check_username
 from .._transfer import download as _download
-from .._transfer import ranged as _ranged
 from .._transfer import reads as _reads
 from .._transfer import upload as _upload
 from .._transfer.plane import DataPlane, Progress, check_chunk_size, check_destination
@@ -144,17 +143,7 @@ class Files:
         keep = check_flag("keep_partial", keep_partial)
         parallel = self._parallel
         if parts is not None:
-            parallel = attrs.evolve(parallel, parts=_ranged.check_parts(parts))
-        if parallel.parts > 1:
-            return await _ranged.download_to_file(
-                request,
-                path,
-                checksum=bool(checksum),
-                progress=progress,
-                resume=bool(resume),
-                keep_partial=keep,
-                parallel=parallel,
-            )
+            parallel = attrs.evolve(parallel, parts=_download.check_parts(parts))
         return await _download.download_to_file(
             request,
             path,
@@ -162,6 +151,7 @@ class Files:
             progress=progress,
             resume=bool(resume),
             keep_partial=keep,
+            parallel=parallel,
         )
 
     def iter_bytes(
