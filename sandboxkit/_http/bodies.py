@@ -29,9 +29,9 @@ from ..errors import (
     SandboxKitError,
     TransportError,
 )
-from .connections import quiet_read_timer
+from .connections import Watchdog, quiet_read_timer
 from .links import LinkInfo, link_info
-from .ring import RingReader, Watchdog
+from .ring import RingReader
 from .translate import mapped, translate
 
 __all__ = [
