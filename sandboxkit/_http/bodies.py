@@ -126,7 +126,8 @@ class StreamingResponse:
         self._held = b""
         self.status = response.status
         self.headers: Mapping[str, str] = response.headers
-        self.coding = content_coding(response.headers.get(CONTENT_ENCODING))
+        coding = response.headers.get(CONTENT_ENCODING)  # the usual answer: none
+        self.coding = None if coding is None else content_coding(coding)
         self.on_body: Callable[[], None] | None = None  # called at the first body byte read
         # From the request's sending (its pool slot held) to its answer's head, in seconds:
         # with `link()`, what tells a long link (`_slices.far_enough`). Its request sets it.
