@@ -1,9 +1,10 @@
 """The one data-plane call path: every operation on a sandbox's host goes through `DataPlane`.
 
-`DataPlane.open` sends one request on the host's own pool (the only session carrying its
-token, which never follows a redirect); `Calls.run` around it retries. A JSON-answering
-operation is `DataPlane.call_json`; download and upload (`download`, `upload`) are short
-functions over `open`. Adding an operation (command execution, say) is one function here or
+`DataPlane.open` sends one request (a `DataRequest`, built once by its engine with
+`protocol.data_request`) on the host's own pool (the only session carrying its token, which
+never follows a redirect); `DataPlane.run` (`Calls.run`) around it retries. A JSON-answering
+operation is `DataPlane.call_json`; download and upload (`download`, `upload`) are built
+over `open` and `run`. Adding an operation (command execution, say) is one function here or
 beside them, a model, an emulator route and a test.
 """
 
