@@ -3,7 +3,7 @@ answers mean, the size cap of a whole read, how a text page is cut and decoded, 
 checks of their arguments. No I/O, no await.
 
 A page is the bytes [offset, end) of a file (end None: to its end), read into memory by the
-download loop (`_download.fetch`) under `PageState`, the resume machine of a page:
+download loop (`download.fetch`) under `PageState`, the resume machine of a page:
 
 - Every GET carries `Range: bytes={first byte not held}-{end - 1}`, the first one too (a data
   center without ranges just answers 200), and, once bytes are held, `If-Range` with their

@@ -14,6 +14,7 @@ from typing import Any, Literal, NamedTuple
 from urllib.parse import quote
 
 from ..errors import Surface
+from .options import Timeout
 
 __all__ = [
     "ACCEPT_ENCODING",
@@ -45,6 +46,7 @@ __all__ = [
     "V1_TEMPLATES_PATH",
     "V1_VPCS_PATH",
     "ApiRequest",
+    "DataRequest",
     "api_keys_path",
     "build_logs_path",
     "build_path",
@@ -52,12 +54,14 @@ __all__ = [
     "container_path",
     "container_shell_path",
     "data_plane_origin",
+    "data_request",
     "elastic_ip_associate_path",
     "elastic_ip_path",
     "is_idempotent",
     "organization_path",
     "query_string",
     "range_headers",
+    "request_target",
     "segment",
     "v1_request",
     "v1_template_path",
@@ -133,6 +137,12 @@ def query_part(value: str) -> str:
 def query_string(params: Sequence[tuple[str, str]]) -> str:
     """`name=value&...` for a URL, each name and value quoted whole by `query_part()`."""
     return "&".join([f"{query_part(name)}={query_part(value)}" for name, value in params])
+
+
+def request_target(path: str, params: Sequence[tuple[str, str]] | str = ()) -> str:
+    """`path?query` as a request line carries it; `params` may be a query already written."""
+    query = params if isinstance(params, str) else query_string(params)
+    return f"{path}?{query}" if query else path
 
 
 def range_headers(
@@ -302,3 +312,38 @@ def v1_request(
         json=json,
         authenticated=authenticated,
     )
+
+
+class DataRequest(NamedTuple):
+    """One data-plane request, described without any I/O: built once by the engine that
+    sends it (`data_request`) and passed whole down `DataPlane.open` -> `Transport.open` ->
+    `HostRequest`, which add only what belongs to the host: its token, on its own pool.
+
+    A NamedTuple, as `ApiRequest`: one is built for every request of every transfer.
+    """
+
+    method: str
+    target: str  # the path and query as the request line carries them (`request_target`)
+    operation: str
+    timeout: Timeout  # this attempt's limits
+    headers: Mapping[str, str] | None = None  # the request's own (None: none)
+    data: Any = None  # a body (an upload's multipart writer)
+
+
+def data_request(
+    method: str,
+    target: str,
+    operation: str,
+    timeout: Timeout,
+    *,
+    start: int | None = None,
+    end: int | None = None,
+    if_range: str | None = None,
+    data: Any = None,
+) -> DataRequest:
+    """A data-plane request, its headers written here and nowhere else: with `start`, the
+    `Range` of bytes `start` to `end - 1` (`range_headers`), and `If-Range` with `if_range`.
+    The headers every request to a host carries (`Accept-Encoding: identity`, the token)
+    are its pool's."""
+    headers = None if start is None else range_headers(start, end, if_range)
+    return DataRequest(method, target, operation, timeout, headers, data)

@@ -410,6 +410,12 @@ class ResumeState:
         self.done = True
         return DONE
 
+    def on_stop(self) -> Decision:
+        """Judge an answer whose reading stopped where its reader asked (`fetch`'s
+        `on_stream`), short of its body's end: the bytes past it are not this reader's, so
+        this answer is done with (the download itself is done only if `done` says so)."""
+        return DONE
+
     def _start_over(self, why: str) -> Decision:
         # Nothing held can be trusted to line up with what comes next: begin at zero with a
         # whole GET. A file sink truncates on the next answer; a stream skips what it saw.

@@ -22,13 +22,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import attrs
+
 from ..errors import ValidationError
 from .answers import parse_content_range
-from .resume import Action, Decision, ResponseInfo, Validators
+from .resume import DONE, Action, Decision, ResponseInfo, ResumeState, Validators
 
 __all__ = [
     "RANGES_IGNORED",
+    "RangesIgnored",
+    "SliceState",
     "Span",
+    "StartOver",
     "check_parts",
     "far_enough",
     "judge_slice",
@@ -203,3 +208,99 @@ def check_parts(parts: Any) -> int:
     if not isinstance(parts, int) or isinstance(parts, bool) or parts < 1:
         raise ValidationError(f"parts={parts!r}: must be an integer >= 1")
     return parts
+
+
+class StartOver(Exception):
+    """A split download begins again from an empty part: the file or the data center
+    changed under it (the message says how)."""
+
+
+class RangesIgnored(Exception):
+    """A slice was answered with the whole file, unchanged: Range is stripped on the way, so
+    the download goes on as one stream."""
+
+
+@attrs.define
+class SliceState(ResumeState):
+    """Where one slice stands: the bytes [start, end) of a `total`-byte file of the version
+    `validators` (None: unknown), held up to `position` (resumed from there after a cut).
+    Build one with `SliceState.of`.
+
+    The download loop drives it as it drives any `ResumeState`; each GET asks for
+    `Range: bytes={position}-{end - 1}` with `If-Range`, and `judge_slice` judges the answer.
+    What it finds of the download as a whole is raised, not returned, since no retry of this
+    slice can answer it: `StartOver` (the file changed) and `RangesIgnored` (Range stripped).
+
+    Attributes:
+        start, end: the slice.
+        continued: its first bytes continue a part an earlier download wrote (a resume).
+    """
+
+    start: int = 0
+    end: int = 0
+    continued: bool = False
+
+    @classmethod
+    def of(
+        cls, start: int, end: int, total: int, held: Validators | None, continued: bool
+    ) -> SliceState:
+        """The slice [start, end) of a `total`-byte file of the version `held`."""
+        return cls(
+            "file",
+            position=start,
+            high_water=start,
+            total=total,
+            ranges_supported=True,
+            validators=held,
+            start=start,
+            end=end,
+            continued=continued,
+        )
+
+    @property
+    def answer_end(self) -> int | None:
+        """Where the latest answer's bytes end (its Content-Range's), once it is judged."""
+        return self._expected_end
+
+    def range_start(self) -> int | None:
+        return self.position
+
+    def range_end(self) -> int | None:
+        return self.end
+
+    def begin_request(self) -> int | None:
+        self.attempts += 1
+        self.resumes += self.position > self.start or self.continued
+        self._asked = self.position
+        self._expected_end = None
+        self._overflow = False
+        return self.position
+
+    def on_response(self, info: ResponseInfo) -> Decision:
+        """`judge_slice`'s verdict on this slice's answer.
+
+        Raises:
+            StartOver: the file or the data center changed.
+            RangesIgnored: the answer is the whole file, unchanged.
+        """
+        assert self.total is not None  # `of` sets it
+        decision, stop = judge_slice(info, self.position, self.end, self.total, self.validators)
+        if decision.action is Action.RETRY:
+            raise StartOver(decision.reason)
+        if decision.truncate:
+            raise RangesIgnored(decision.reason)
+        self._expected_end = stop
+        return decision
+
+    def on_stop(self) -> Decision:
+        """Reading stopped at the answer's end (`answer_end`): the slice is done, or asks
+        for its rest."""
+        return self.on_body_end()
+
+    def on_body_end(self) -> Decision:
+        if self.position < self.end:
+            return Decision(
+                Action.RETRY,
+                reason=f"the slice {self.start}-{self.end - 1} ended at byte {self.position}",
+            )
+        return DONE

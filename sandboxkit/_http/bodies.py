@@ -29,9 +29,9 @@ from ..errors import (
     SandboxKitError,
     TransportError,
 )
-from .connections import quiet_read_timer
+from .connections import Watchdog, quiet_read_timer
 from .links import LinkInfo, link_info
-from .ring import RingReader, Watchdog
+from .ring import RingReader
 from .translate import mapped, translate
 
 __all__ = [
@@ -107,6 +107,7 @@ class StreamingResponse:
         "_response",
         "_ring",
         "coding",
+        "head_seconds",
         "headers",
         "on_body",
         "status",
@@ -125,8 +126,12 @@ class StreamingResponse:
         self._held = b""
         self.status = response.status
         self.headers: Mapping[str, str] = response.headers
-        self.coding = content_coding(response.headers.get(CONTENT_ENCODING))
+        coding = response.headers.get(CONTENT_ENCODING)  # the usual answer: none
+        self.coding = None if coding is None else content_coding(coding)
         self.on_body: Callable[[], None] | None = None  # called at the first body byte read
+        # From the request's sending (its pool slot held) to its answer's head, in seconds:
+        # with `link()`, what tells a long link (`_slices.far_enough`). Its request sets it.
+        self.head_seconds = 0.0
 
     @property
     def received(self) -> int:

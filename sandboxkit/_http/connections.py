@@ -1,17 +1,19 @@
 """aiohttp's connection protocol as sandboxkit's connections run it (`LazyReadTimer`): one
 read timer moved lazily, bytes past an answer refused, and a drain left behind by a
 cancelled writer retrieved. Every session's connector makes its connections with it
-(`_transport`); `_bodies` quiets its timer for a body a watchdog times instead."""
+(`_transport`); `_bodies` quiets its timer for a body a `Watchdog` times instead (one timer
+per read timeout, for a body read piece by piece or below the parser, `_ring`)."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
 from aiohttp.http import RawResponseMessage
 
-__all__ = ["LazyReadTimer", "quiet_read_timer"]
+__all__ = ["LazyReadTimer", "Watchdog", "quiet_read_timer"]
 
 
 # LazyReadTimer calls its base's methods as `_Handler.method(self, ...)`: they run for
@@ -126,3 +128,43 @@ def quiet_read_timer(protocol: Any) -> None:
     drop = getattr(protocol, "_drop_timeout", None)
     if drop is not None:
         drop()
+
+
+class Watchdog:
+    """Calls `on_stall` once `active` has been true for `limit` seconds without a `touch`.
+
+    The read timeout's meaning (the longest wait for the peer between two reads) for the
+    price of one timer per `limit` seconds: aiohttp's `sock_read` cancels and re-creates a
+    timer handle on every received piece (~4,000 per GiB). Time while `active` is false
+    (the consumer is busy, or reading paused for it) is not the peer's and does not count.
+    """
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, limit: float | None, on_stall: Callable[[], None]
+    ) -> None:
+        self._loop = loop
+        self._limit = limit
+        self._on_stall = on_stall
+        self.last = loop.time()
+        self.active = True
+        self._handle: asyncio.TimerHandle | None = None
+        if limit is not None:
+            self._handle = loop.call_at(self.last + limit, self._check)
+
+    def _check(self) -> None:
+        assert self._limit is not None
+        now = self._loop.time()
+        if not self.active:  # not waiting for the peer: its clock starts when we wait again
+            self.last = now
+        due = self.last + self._limit
+        if now >= due:
+            self._handle = None
+            self._on_stall()
+        else:
+            self._handle = self._loop.call_at(due, self._check)
+
+    def stop(self) -> None:
+        """No more checks."""
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None

@@ -1,5 +1,6 @@
-"""A large body read below the HTTP parser: `recv_into` a ring of big buffers, and the read
-timeout kept by one cheap watchdog instead of a timer re-armed per received piece.
+"""A large body read below the HTTP parser: `recv_into` a ring of big buffers, its read
+timeout kept by one cheap watchdog (`connections.Watchdog`) instead of a timer re-armed per
+received piece.
 
 Once an answer's head is in, `_bodies` may hand its connection's transport to a
 `RingReader` (an asyncio `BufferedProtocol`, which plain and TLS transports both feed):
@@ -9,17 +10,18 @@ queued ones (aiohttp's), and one write and one hash call per 4 MiB in the file s
 
 The reader never returns a connection to a pool: its parser on the HTTP side was bypassed,
 so the connection is closed afterwards (`_bodies` only uses it for large bodies, where one
-new connection is nothing). asyncio only; aiohttp stays in `_bodies`.
+new connection is nothing). asyncio only; aiohttp stays in `_bodies` and `connections`.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable
 from typing import Any
 
-__all__ = ["RING_BUFFER", "RingReader", "Watchdog"]
+from .connections import Watchdog
+
+__all__ = ["RING_BUFFER", "RingReader"]
 
 RING_BUFFER = 4 << 20
 # Reading pauses when more filled buffers than this wait for the consumer: none, so that
@@ -33,46 +35,6 @@ _POOL_LIMIT = 6
 # A partly filled buffer is handed on after this long (a slow link still shows progress).
 _SETTLE = 0.1
 _SCRATCH = 64 << 10
-
-
-class Watchdog:
-    """Calls `on_stall` once `active` has been true for `limit` seconds without a `touch`.
-
-    The read timeout's meaning (the longest wait for the peer between two reads) for the
-    price of one timer per `limit` seconds: aiohttp's `sock_read` cancels and re-creates a
-    timer handle on every received piece (~4,000 per GiB). Time while `active` is false
-    (the consumer is busy, or reading paused for it) is not the peer's and does not count.
-    """
-
-    def __init__(
-        self, loop: asyncio.AbstractEventLoop, limit: float | None, on_stall: Callable[[], None]
-    ) -> None:
-        self._loop = loop
-        self._limit = limit
-        self._on_stall = on_stall
-        self.last = loop.time()
-        self.active = True
-        self._handle: asyncio.TimerHandle | None = None
-        if limit is not None:
-            self._handle = loop.call_at(self.last + limit, self._check)
-
-    def _check(self) -> None:
-        assert self._limit is not None
-        now = self._loop.time()
-        if not self.active:  # not waiting for the peer: its clock starts when we wait again
-            self.last = now
-        due = self.last + self._limit
-        if now >= due:
-            self._handle = None
-            self._on_stall()
-        else:
-            self._handle = self._loop.call_at(due, self._check)
-
-    def stop(self) -> None:
-        """No more checks."""
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
 
 
 def _in_use(buffer: bytearray) -> bool:

@@ -19,10 +19,10 @@ import functools
 import ssl as ssl_module
 import time
 import warnings
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from types import AsyncGeneratorType
-from typing import Any, cast
+from typing import cast
 
 import aiohttp
 
@@ -35,6 +35,7 @@ from .._core.protocol import (
     AUTHORIZATION,
     REQUEST_ID,
     ApiRequest,
+    DataRequest,
     query_string,
 )
 from .._core.proxy_rules import ProxyRoutes
@@ -94,7 +95,7 @@ class Transport:
         self.proxies = proxies if proxies is not None else ProxyRoutes()
         self.tunnel_headers = self.proxies.tunnel_headers()
         self._callers_resolver = resolver
-        self._clock = clock
+        self.clock = clock  # the pools', the circuits' and the answers' (`head_seconds`)
         self._closed = False
         self._start_afresh()
         restart_in_child(self, Transport._start_afresh)
@@ -109,10 +110,10 @@ class Transport:
         self._forgotten: AsyncGeneratorType[None, None] | None = None
         self._control: aiohttp.ClientSession | None = None
         self.hosts: HostPools[aiohttp.ClientSession] = HostPools(
-            self.limits, self._make_host_session, self._clock
+            self.limits, self._make_host_session, self.clock
         )
         # What each request met, by host: `Calls` waits on a host whose circuit is open.
-        self.circuits = Circuits(self._clock, console=self.base_url)
+        self.circuits = Circuits(self.clock, console=self.base_url)
         # Answers whose body is being read; `aclose()` ends them first (see there).
         self.reading: set[Answer] = set()
 
@@ -279,28 +280,16 @@ class Transport:
         return headers
 
     def open(
-        self,
-        host: HostKey,
-        method: str,
-        path: str,
-        *,
-        operation: str,
-        timeout: Timeout,
-        params: Sequence[tuple[str, str]] | str = (),
-        headers: Mapping[str, str] | None = None,
-        data: Any = None,
+        self, host: HostKey, request: DataRequest
     ) -> AbstractAsyncContextManager[StreamingResponse]:
         """Send one data-plane request on the host's own pool; the body stays unread.
 
         The request holds one of the host's slots while it lasts, and the answer's status
         moves the host's window (a 429 halves it, a success grows it): callers never touch
         the pool. Only aiohttp's own calls are inside the error mapping: what the caller does
-        with the body (a disk write that fails, say) keeps its own exception. `params` may be
-        a query string already written (`query_string`), which a download's retries reuse.
+        with the body (a disk write that fails, say) keeps its own exception.
         """
-        query = params if isinstance(params, str) else query_string(params)
-        target = f"{path}?{query}" if query else path  # written here, as in send()
-        return HostRequest(self, host, method, target, operation, timeout, headers, data)
+        return HostRequest(self, host, request)
 
     def refuse_if_closed(self, response: Answer) -> None:
         # `aclose()` ran while this answer's head arrived: its body can never be read.
@@ -386,40 +375,20 @@ class HostRequest:
     """
 
     __slots__ = (
-        "_data",
         "_exchange",
         "_headed",
-        "_headers",
         "_host",
-        "_method",
-        "_operation",
         "_pool",
+        "_request",
         "_response",
         "_streaming",
-        "_target",
-        "_timeout",
         "_transport",
     )
 
-    def __init__(
-        self,
-        transport: Transport,
-        host: HostKey,
-        method: str,
-        target: str,
-        operation: str,
-        timeout: Timeout,
-        headers: Mapping[str, str] | None,
-        data: Any,
-    ) -> None:
+    def __init__(self, transport: Transport, host: HostKey, request: DataRequest) -> None:
         self._transport = transport
         self._host = host
-        self._method = method
-        self._target = target
-        self._operation = operation
-        self._timeout = timeout
-        self._headers = headers
-        self._data = data
+        self._request = request
         self._pool: HostPool[aiohttp.ClientSession] | None = None
         self._exchange: Exchange | None = None
         self._response: Answer | None = None
@@ -433,35 +402,36 @@ class HostRequest:
         pools = transport.hosts
         pool = pools.lease_now(host, self) or await pools.lease_wait(host, self)
         self._pool = pool
+        request = self._request
+        timeout = request.timeout
         try:
             # Begun once the host's slot is held: its elapsed time is the request's own.
             watch = watching.get()
             exchange = None
-            headers = self._headers
+            headers = request.headers
             if watch is not None:
-                exchange = self._exchange = Exchange(watch, self._method, origin_of(host.origin))
+                exchange = self._exchange = Exchange(watch, request.method, origin_of(host.origin))
                 headers = exchange.sending(dict(headers) if headers else None)
             lean = self._lean(pool, headers)
+            sent = transport.clock()
             try:
                 response: Answer
                 if lean is not None:
-                    response = await pool.route.get(
-                        lean, client_timeout(self._timeout), self._timeout.read
-                    )
+                    response = await pool.route.get(lean, client_timeout(timeout), timeout.read)
                 else:
                     response = await pool.session.request(
-                        self._method,
-                        self._target,
+                        request.method,
+                        request.target,
                         # Inline, as in send(): the token rides inside the tunnel only.
                         headers={**(headers or {}), ACCESS_TOKEN: host.token},
                         proxy_headers=transport.tunnel_headers,
-                        data=self._data,
-                        timeout=client_timeout(self._timeout),
+                        data=request.data,
+                        timeout=client_timeout(timeout),
                         allow_redirects=False,
                     )
             except Exception as exc:  # _translate.mapped, inlined: as in send()
                 error: SandboxKitError | None = (
-                    exc if isinstance(exc, SandboxKitError) else translate(exc, self._operation)
+                    exc if isinstance(exc, SandboxKitError) else translate(exc, request.operation)
                 )
                 if error is None:
                     raise
@@ -472,7 +442,8 @@ class HostRequest:
                     transport.circuits.failed(host.origin, str(error))
                 raise error  # outside the except block: see _translate.mapped
             self._response = response  # from here on, whatever happens, `_end` ends it
-            self._streaming = StreamingResponse(response, self._operation, self._timeout.read)
+            self._streaming = StreamingResponse(response, request.operation, timeout.read)
+            self._streaming.head_seconds = transport.clock() - sent
             pool.observe(response.status)
             self._headed = transport.circuits.headed(host.origin, response.status)
             if exchange is not None:
@@ -494,14 +465,15 @@ class HostRequest:
         self, pool: HostPool[aiohttp.ClientSession], headers: Mapping[str, str] | None
     ) -> Head | None:
         """The head of a GET the lean path (`plain_get`) can carry; None: aiohttp's path."""
-        if self._method != "GET" or self._data is not None:
+        request = self._request
+        if request.method != "GET" or request.data is not None:
             return None
         lean = pool.route
         if lean is None:  # the host's first GET: is there a lean route to it?
             host = self._host
             proxied = self._transport.proxies.for_origin(host.origin) is not None
             lean = pool.route = route(pool.session, host.origin, host.token, proxied) or False
-        return lean.head(self._target, headers) if isinstance(lean, Route) else None
+        return lean.head(request.target, headers) if isinstance(lean, Route) else None
 
     async def _end(self, exc: BaseException | None) -> None:
         # Each step runs even if one before it raised (a bug, an aiohttp unlike the one we

@@ -1,4 +1,4 @@
-"""A partial file written in place from several answers at once (`_ranged`).
+"""A partial file written in place from several answers at once (a split download).
 
 Each answer's bytes go to the file at their own offsets with `os.pwritev`, a batch of a few
 MiB per worker-thread call, one batch in flight per answer while the next is read. The
@@ -20,8 +20,8 @@ import anyio
 from .._core.resume import Validators
 from .._core.slices import Span, merge, prefix
 from .._http.cancel import wait_through_cancels
-from .download import WRITE_BATCH
 from .partial import PartFile
+from .sinks import WRITE_BATCH, Piece
 
 __all__ = ["RECORD_EVERY", "InPlace", "Ledger", "Writer"]
 
@@ -144,8 +144,10 @@ class Writer:
         self._batched = 0
         self._pending: asyncio.Future[None] | None = None
 
-    async def write(self, data: bytes) -> None:
-        self._batch.append(data)
+    async def write(self, data: Piece) -> None:
+        # Bytes: kept until its batch is written, a view would pin its receive buffer (a
+        # writer's sink says it takes no views; bytes() of bytes is the object itself).
+        self._batch.append(data if type(data) is bytes else bytes(data))
         self._batched += len(data)
         self._file.moved(len(data))
         if self._batched >= self._file.batch:

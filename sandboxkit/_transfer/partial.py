@@ -4,7 +4,7 @@
 sandbox host, remote path and username, the file's total size, whether the data center
 showed range support, and the version's validators when the answers carried them (`etag`,
 `last_modified`, `date`: a rerun's first Range asks with `If-Range`). A download in
-parallel slices (`_ranged`) also records `done`: the byte ranges written so far (only
+parallel slices (`download`) also records `done`: the byte ranges written so far (only
 ranges whose bytes were written before the sidecar was), so the part is no longer a prefix
 and its size says nothing. While a download writes the
 part it holds an exclusive `flock` on it, so a second writer of the same `dest` (in this

@@ -1,9 +1,10 @@
 """The one data-plane call path: every operation on a sandbox's host goes through `DataPlane`.
 
-`DataPlane.open` sends one request on the host's own pool (the only session carrying its
-token, which never follows a redirect); `Calls.run` around it retries. A JSON-answering
-operation is `DataPlane.call_json`; download and upload (`_download`, `_upload`) are short
-functions over `open`. Adding an operation (command execution, say) is one function here or
+`DataPlane.open` sends one request (a `DataRequest`, built once by its engine with
+`protocol.data_request`) on the host's own pool (the only session carrying its token, which
+never follows a redirect); `DataPlane.run` (`Calls.run`) around it retries. A JSON-answering
+operation is `DataPlane.call_json`; download and upload (`download`, `upload`) are built
+over `open` and `run`. Adding an operation (command execution, say) is one function here or
 beside them, a model, an emulator route and a test.
 """
 
@@ -19,13 +20,12 @@ import attrs
 
 from .._core.answers import Reply
 from .._core.options import NO_OPTIONS, CallOptions, Progress, Timeout
-from .._core.protocol import is_idempotent
+from .._core.protocol import DataRequest, data_request, is_idempotent, request_target
 from .._core.retry import TryAgain
 from .._core.validation import check_remote_path
 from .._http.bodies import StreamingResponse
 from .._http.calls import Calls
 from .._http.pools import HostKey
-from .._http.telemetry import Transfer
 from ..errors import ValidationError
 
 __all__ = ["REPLY_LIMIT", "DataPlane", "Progress", "check_chunk_size", "check_destination"]
@@ -74,51 +74,21 @@ class DataPlane:
             pairs.append(("username", username))
         return pairs
 
-    def open(
-        self,
-        method: str,
-        path: str,
-        *,
-        operation: str,
-        timeout: Timeout,
-        params: Sequence[tuple[str, str]] | str = (),
-        headers: dict[str, str] | None = None,
-        data: Any = None,
-    ) -> AbstractAsyncContextManager[StreamingResponse]:
-        """One request on this host's pool (its 429 window moved by the answer); the body
-        stays unread. `params` may be a query already written. Use inside an attempt of
-        `run`."""
-        return self.calls.transport.open(
-            self.host,
-            method,
-            path,
-            operation=operation,
-            timeout=timeout,
-            params=params,
-            headers=headers,
-            data=data,
-        )
+    def open(self, request: DataRequest) -> AbstractAsyncContextManager[StreamingResponse]:
+        """`request` on this host's pool (its 429 window moved by the answer); the body
+        stays unread. Use inside an attempt of `run`."""
+        return self.calls.transport.open(self.host, request)
 
     def run(
         self,
         operation: str,
         attempt: Callable[[Timeout], Awaitable[T | TryAgain]],
-        *,
-        idempotent: bool,
-        options: CallOptions = NO_OPTIONS,
-        progress: Callable[[], int] | None = None,
-        transfer: Transfer | None = None,
+        **how: Any,
     ) -> Coroutine[Any, Any, T]:
-        """The client's one retry loop around `attempt` (see `Calls.run`), to be awaited."""
-        return self.calls.run(
-            operation,
-            attempt,
-            idempotent=idempotent,
-            options=options,
-            progress=progress,
-            host=self.host.origin,
-            transfer=transfer,
-        )
+        """The client's one retry loop around `attempt`, to be awaited: `Calls.run` sending
+        to this host (waited for while its circuit is open). `how` (`idempotent`, `options`,
+        `progress`, `transfer`) passes through to it as it is."""
+        return self.calls.run(operation, attempt, host=self.host.origin, **how)
 
     async def call_json(
         self,
@@ -131,10 +101,10 @@ class DataPlane:
     ) -> Reply:
         """A request whose answer is JSON: retried as its method allows, deciphered whole."""
 
+        target = request_target(path, params)
+
         async def attempt(timeout: Timeout) -> Reply:
-            async with self.open(
-                method, path, operation=operation, timeout=timeout, params=params
-            ) as response:
+            async with self.open(data_request(method, target, operation, timeout)) as response:
                 return await response.reply(REPLY_LIMIT)
 
         return await self.run(operation, attempt, idempotent=is_idempotent(method), options=options)

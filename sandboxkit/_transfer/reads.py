@@ -1,6 +1,6 @@
 """Bounded reads (issue 31): a page of a file, a text page, a whole read under a size cap.
 
-Each is one `_download.fetch` into memory (the download's retry loop, resume machine and
+Each is one `download.fetch` into memory (the download's retry loop, resume machine and
 connection handling), stopped where the read ends. A page runs under `_bounds.PageState`:
 every GET asks for `Range: bytes=a-b`, bounded by the page's end, and a data center without
 ranges, which answers with the whole file, is read only up to the page's end: the bytes
@@ -16,25 +16,18 @@ from collections.abc import Callable
 
 from .._core.bounds import PageState, decode_page, too_large
 from .._core.resume import ResumeState
+from .._http.bodies import StreamingResponse
 from ..errors import ResponseDecodeError
 from ..models import FileRange, TextPage
-from .download import OPERATION, Request, _MemorySink, fetch
+from .download import OPERATION, Request, fetch
+from .sinks import MemorySink, PageSink
 
 __all__ = ["read_all", "read_range", "read_text"]
 
 
-class _PageSink(_MemorySink):
-    """A page in memory, given pieces as the connection delivers them (never the 4 MiB
-    buffers a large body is read into below the parser, `_ring`, which read that far ahead
-    of where a page stops)."""
-
-    __slots__ = ()
-    views = False
-
-
 def _stop_at(
     end: int | None, offset: int, max_size: int | None
-) -> Callable[[ResumeState], int | None]:
+) -> Callable[[ResumeState, StreamingResponse], int | None]:
     """`fetch`'s `on_stream` for a read from `offset` that stops at `end`: with `max_size`,
     a file whose answer's head shows more than that past `offset` is refused.
 
@@ -42,7 +35,7 @@ def _stop_at(
         FileTooLargeError: before the body: none of it is read, its connection is closed.
     """
 
-    def on_stream(now: ResumeState) -> int | None:
+    def on_stream(now: ResumeState, _: StreamingResponse) -> int | None:
         if max_size is not None and (error := too_large(now.total, offset, max_size)):
             raise error
         return end
@@ -59,7 +52,7 @@ async def _page(
         FileTooLargeError: with `max_size`, more than that many bytes lie past `offset`.
     """
     state = PageState.at(offset, end)
-    sink = _PageSink()
+    sink = PageSink()
     await fetch(request, "file", sink, state=state, on_stream=_stop_at(end, offset, max_size))
     # The page is the sink's first `held` bytes: a read that ended without a body (a 416)
     # right after a start-over finds the sink still holding the dropped version's.
@@ -104,7 +97,7 @@ async def read_text(
 
 async def read_all(request: Request, max_size: int) -> bytes:
     """`files.read_bytes(max_size=...)`: the whole file, or FileTooLargeError."""
-    sink = _MemorySink()
+    sink = MemorySink()
     # Reading stops one byte past the cap: that byte tells a file over it.
     state = await fetch(request, "file", sink, on_stream=_stop_at(max_size + 1, 0, max_size))
     if error := too_large(state.total, 0, max_size, state.position):

@@ -25,7 +25,7 @@ from .._core import operations as ops
 from .._core.answers import Reply
 from .._core.convert import structure
 from .._core.options import CallOptions, Timeout
-from .._core.protocol import FILES_PATH, is_idempotent
+from .._core.protocol import FILES_PATH, data_request, is_idempotent, request_target
 from .._core.retry import is_retryable
 from .._http.bodies import multipart_file
 from .._http.cancel import raise_held, wait_through_cancels
@@ -212,6 +212,7 @@ async def send_file(
     """POST the source as the single `file` part; retried only when it can be replayed.
     `tries[0]`, if given, counts the POSTs sent (`batch.upload_many` sums them)."""
     filename = posixpath.basename(remote)
+    target = request_target(FILES_PATH, params)
     moved = 0  # bytes handed to the connection, every attempt's (its span tells them)
 
     async def attempt(timeout: Timeout) -> FileEntry:
@@ -239,14 +240,10 @@ async def send_file(
 
         async with _Body(body()) as chunks:
             try:
+                # Views pass through as they are (the signature says bytes).
+                body = multipart_file(filename, cast(AsyncIterable[bytes], chunks), source.size)
                 async with plane.open(
-                    "POST",
-                    FILES_PATH,
-                    operation=OPERATION,
-                    timeout=timeout,
-                    params=params,
-                    # Views pass through as they are (the signature says bytes).
-                    data=multipart_file(filename, cast(AsyncIterable[bytes], chunks), source.size),
+                    data_request("POST", target, OPERATION, timeout, data=body)
                 ) as response:
                     return _entry(await response.reply(REPLY_LIMIT))
             except SandboxKitError as exc:

@@ -16,7 +16,6 @@ from .._core.options import CallOptions, ParallelDownloads, Progress, RetryPolic
 from .._core.slices import check_parts
 from .._core.validation import check_flag, check_username
 from .._transfer import download as _download
-from .._transfer import ranged as _ranged
 from .._transfer import reads as _reads
 from .._transfer import upload as _upload
 from .._transfer.plane import DataPlane, check_chunk_size, check_destination
@@ -153,17 +152,6 @@ class Files:
         parallel = self._parallel
         if parts is not None:
             parallel = attrs.evolve(parallel, parts=check_parts(parts))
-        if parallel.parts > 1:
-            return await _ranged.download_to_file(
-                request,
-                path,
-                checksum=bool(checksum),
-                progress=progress,
-                resume=bool(resume),
-                keep_partial=keep,
-                parallel=parallel,
-                max_size=cap,
-            )
         return await _download.download_to_file(
             request,
             path,
@@ -171,6 +159,7 @@ class Files:
             progress=progress,
             resume=bool(resume),
             keep_partial=keep,
+            parallel=parallel,
             max_size=cap,
         )
 

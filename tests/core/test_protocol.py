@@ -15,7 +15,8 @@ from sandboxkit._core import answers
 from sandboxkit._core.answers import ContentDecoder, content_coding, parse_retry_after
 from sandboxkit._core.convert import converter, strict_converter, structure, unstructure
 from sandboxkit._core.cursors import BuildCursor, LogCursor
-from sandboxkit._core.protocol import range_headers
+from sandboxkit._core.options import Timeout
+from sandboxkit._core.protocol import DataRequest, data_request, range_headers, request_target
 from sandboxkit._core.retry import (
     ConcurrencyWindow,
     RetryBudget,
@@ -524,3 +525,18 @@ def test_range_headers() -> None:
     assert range_headers(5) == {"Range": "bytes=5-"}
     assert range_headers(5, 10) == {"Range": "bytes=5-9"}
     assert range_headers(0, 1, '"v1"') == {"Range": "bytes=0-0", "If-Range": '"v1"'}
+
+
+def test_a_data_request_is_one_value_its_headers_written_once() -> None:
+    """`data_request` writes a request's own headers (a Range only with `start`); the target
+    is the path and the query, written once, or the path alone."""
+    target = request_target("/files", [("path", "/a b"), ("username", "u")])
+    assert target == "/files?path=/a%20b&username=u"
+    assert request_target("/files") == "/files" and request_target("/f", "q=1") == "/f?q=1"
+    timeout = Timeout()
+    whole = data_request("GET", target, "files.download", timeout)
+    assert whole == DataRequest("GET", target, "files.download", timeout, None, None)
+    ranged = data_request("GET", target, "files.download", timeout, start=3, if_range='"v"')
+    assert ranged.headers == {"Range": "bytes=3-", "If-Range": '"v"'}
+    posted = data_request("POST", target, "files.upload", timeout, data=b"body")
+    assert (posted.method, posted.headers, posted.data) == ("POST", None, b"body")

@@ -10,6 +10,9 @@ import pytest
 from sandboxkit._core.resume import Action, ResponseInfo, Validators
 from sandboxkit._core.slices import (
     RANGES_IGNORED,
+    RangesIgnored,
+    SliceState,
+    StartOver,
     far_enough,
     judge_slice,
     merge,
@@ -186,3 +189,45 @@ def test_far_enough_trusts_the_kernels_rtt_over_the_heads_time(
     """The link's own round trip decides whether slices pay; a loopback peer never splits;
     the head's time (server time included) decides only through a proxy or with no RTT."""
     assert far_enough(min_latency, rtt, loopback, head_seconds, proxied) is split
+
+
+def test_a_slice_state_asks_for_its_range_and_resumes_after_a_cut() -> None:
+    """A slice's GETs ask from the first byte not held to its end, with If-Range; a cut
+    resumes there (counted as a resume), and a 206 that ends short asks for the rest."""
+    state = SliceState.of(100, 200, 1000, V1, continued=False)
+    assert (state.begin_request(), state.range_end(), state.if_range()) == (100, 200, '"v1"')
+    assert (state.attempts, state.resumes) == (1, 0)
+    decision = state.on_response(info(206, "bytes 100-149/1000", content_length=50))
+    assert (decision.action, state.answer_end) == (Action.STREAM, 150)
+    assert state.on_chunk(50) == (0, 50)
+    retry = state.on_stop()  # read to the answer's end, short of the slice's
+    assert retry.action is Action.RETRY and "ended at byte 150" in retry.reason
+    assert state.begin_request() == 150 and (state.attempts, state.resumes) == (2, 1)
+    state.on_response(info(206, "bytes 150-199/1000", content_length=50))
+    state.on_chunk(50)
+    assert state.on_stop().action is Action.DONE and state.high_water == 200
+
+
+def test_a_slice_continuing_an_earlier_part_counts_its_first_get_as_a_resume() -> None:
+    state = SliceState.of(100, 200, 1000, None, continued=True)
+    assert (state.begin_request(), state.if_range()) == (100, None)
+    assert state.resumes == 1
+
+
+@pytest.mark.parametrize(
+    ("answer", "raised"),
+    [
+        (info(206, "bytes 100-199/1001"), StartOver),  # the size changed
+        (info(416, "bytes */50"), StartOver),
+        (info(200, content_length=1000, etag='"v1"'), RangesIgnored),  # Range stripped
+    ],
+)
+def test_a_slice_state_raises_what_ends_the_split(
+    answer: ResponseInfo, raised: type[Exception]
+) -> None:
+    """What a slice's answer says of the whole download is raised: no retry of this slice
+    can answer it."""
+    state = SliceState.of(100, 200, 1000, V1, continued=False)
+    state.begin_request()
+    with pytest.raises(raised):
+        state.on_response(answer)

@@ -1,5 +1,5 @@
 """The lean body path: large bodies read below aiohttp's parser (`_ring`), the read-timeout
-watchdog, and the file sink's parallel write and hash (`resources/_file_sink`)."""
+watchdog, and the file sink's parallel write and hash (`_transfer/sinks.py`)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from aiohttp import web
 import sandboxkit
 from sandboxkit._http import bodies as _bodies
 from sandboxkit._http import ring as _ring
-from sandboxkit._transfer import file_sink as _file_sink
-from sandboxkit._transfer.file_sink import WRITE_BATCH, FileSink
+from sandboxkit._transfer import sinks as _sinks
+from sandboxkit._transfer.sinks import WRITE_BATCH, FileSink
 from sandboxkit.emulator import Emulator, EmulatorResolver, Fault
 
 from ..files_support import CHUNKED, RESUME, Box, new_box, payload, sha
@@ -253,7 +253,7 @@ async def test_no_timer_is_made_per_received_piece(
 def blocked_writes(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
     """The sink's writer thread waits on `go`; each thread's work is recorded."""
     seen: dict[str, Any] = {"go": threading.Event(), "hashed": threading.Event(), "log": []}
-    write_all, hash_all = _file_sink._write_all, _file_sink._hash_all
+    write_all, hash_all = _sinks._write_all, _sinks._hash_all
 
     def write(fd: int, pieces: list[Any]) -> None:
         seen["go"].wait(LIMIT)
@@ -265,8 +265,8 @@ def blocked_writes(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
         seen["log"].append(("hash", threading.get_ident()))
         seen["hashed"].set()
 
-    monkeypatch.setattr(_file_sink, "_write_all", write)
-    monkeypatch.setattr(_file_sink, "_hash_all", hash_)
+    monkeypatch.setattr(_sinks, "_write_all", write)
+    monkeypatch.setattr(_sinks, "_hash_all", hash_)
     yield seen
     seen["go"].set()
 
@@ -328,7 +328,7 @@ async def test_a_download_fills_no_more_than_four_receive_buffers(
             full.set()
         pause(reader)
 
-    write_all = _file_sink._write_all
+    write_all = _sinks._write_all
 
     def behind(fd: int, pieces: list[Any]) -> None:
         full.wait(LIMIT)  # the disk is behind until the pipeline is full
@@ -336,7 +336,7 @@ async def test_a_download_fills_no_more_than_four_receive_buffers(
 
     monkeypatch.setattr(_ring, "bytearray", counted, raising=False)
     monkeypatch.setattr(_ring.RingReader, "_pause", paused)
-    monkeypatch.setattr(_file_sink, "_write_all", behind)
+    monkeypatch.setattr(_sinks, "_write_all", behind)
     # No partly filled buffer handed on because a slow machine paused: each piece is a
     # whole buffer and a whole batch, as on a link that keeps up.
     monkeypatch.setattr(_ring, "_SETTLE", LIMIT)
@@ -376,7 +376,7 @@ async def test_a_batch_lets_go_of_its_pieces_before_it_counts_as_done(
             future.add_done_callback(reported)
             return future
 
-    monkeypatch.setattr(_file_sink, "ThreadPoolExecutor", Watched)
+    monkeypatch.setattr(_sinks, "ThreadPoolExecutor", Watched)
     with (tmp_path / "f.bin").open("w+b") as handle:
         sink = FileSink(handle, checksum=True)
         with anyio.fail_after(LIMIT):

@@ -194,7 +194,7 @@ def why(caplog: pytest.LogCaptureFixture, level: int) -> list[str]:
     return [
         r.getMessage()
         for r in caplog.records
-        if r.name == "sandboxkit" and r.levelno == level and r.module == "ranged"
+        if r.name == "sandboxkit" and r.levelno == level and r.module == "download"
     ]
 
 

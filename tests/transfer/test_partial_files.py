@@ -237,12 +237,12 @@ import asyncio, json, os, signal, sys
 import sandboxkit
 from sandboxkit import batch
 from sandboxkit.emulator import EmulatorResolver
-from sandboxkit._transfer import file_sink as _file_sink
+from sandboxkit._transfer import sinks as _sinks
 
 args = json.loads(sys.argv[1])
 finished = 0
 written = {}  # bytes on disk per partial file (by inode)
-write_all = _file_sink._write_all
+write_all = _sinks._write_all
 
 
 def write_and_maybe_die(fd, pieces):
@@ -253,11 +253,11 @@ def write_and_maybe_die(fd, pieces):
     write_all(fd, pieces)
     inode = os.fstat(fd).st_ino
     written[inode] = written.get(inode, 0) + size
-    if 0 <= args["kill_after"] <= finished and written[inode] >= 2 * _file_sink.WRITE_BATCH:
+    if 0 <= args["kill_after"] <= finished and written[inode] >= 2 * _sinks.WRITE_BATCH:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-_file_sink._write_all = write_and_maybe_die
+_sinks._write_all = write_and_maybe_die
 
 async def main() -> None:
     client = sandboxkit.Client(

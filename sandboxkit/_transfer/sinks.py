@@ -1,9 +1,11 @@
-"""The file sink of a download: a temporary file written and hashed off the event loop, the
-write and the hash in parallel, in large batches handed over without waiting
-(docs/design.md section 6).
+"""Where a download's bytes go: the sinks `download.fetch` writes an answer's body into.
 
-`resources/_download.py` drives it through the `_Sink` interface (`write`, `flush`,
-`truncate`) plus the file's own steps (`adopt`, `commit`, `quiesce`).
+Each is a `Sink` (`write`, `flush`, `truncate`): memory (`MemorySink`, `read_bytes`; a page
+of a bounded read, `PageSink`), the consumer of `iter_bytes` (`ChannelSink`), a partial file
+written and hashed off the event loop, the write and the hash in parallel, in large batches
+handed over without waiting (`FileSink`, docs/design.md section 6), and the first answer of
+a download that may be split (`Switch`: the file sink as one stream, or once split the
+in-place writer of its first slice, `inplace.Writer`).
 """
 
 from __future__ import annotations
@@ -17,13 +19,24 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 import anyio
+from anyio.streams.memory import MemoryObjectSendStream
 
 from .._http.cancel import wait_through_cancels
 
-__all__ = ["IN_FLIGHT", "WRITE_BATCH", "FileSink", "Piece"]
+__all__ = [
+    "IN_FLIGHT",
+    "WRITE_BATCH",
+    "ChannelSink",
+    "FileSink",
+    "MemorySink",
+    "PageSink",
+    "Piece",
+    "Sink",
+    "Switch",
+]
 
 # A piece of the body: bytes, or a memoryview of a receive buffer the sink may keep.
 Piece = bytes | memoryview
@@ -36,6 +49,106 @@ WRITE_BATCH = 4 << 20
 IN_FLIGHT = 2
 # writev takes at most this many pieces at once (IOV_MAX on Linux and the BSDs).
 _IOV_MAX = 1024
+
+
+class Sink(Protocol):
+    """Where `fetch` puts the body's bytes, in order.
+
+    `write` gets `bytes` objects, unless the sink has a true attribute `views`: then large
+    bodies come as memoryviews of up to 4 MiB receive buffers (`_ring`). A sink may keep
+    either as long as it likes (a buffer is never refilled while a view of it is alive),
+    and must assume nothing of a view beyond the buffer protocol and `len`. `flush` is
+    awaited at the end of each answer's body and before a retry after a cut: everything
+    written so far must then be in the sink. `truncate` drops everything (a restart).
+    """
+
+    async def write(self, data: Piece) -> None: ...
+
+    async def flush(self) -> None: ...
+
+    async def truncate(self) -> None: ...
+
+
+class MemorySink:
+    """The whole file in memory (`read_bytes`).
+
+    Pieces are kept and joined at the end rather than appended to a bytearray: the usual
+    small file is one `bytes` piece, which `join` hands back as it is, so its body is never
+    copied (a bytearray and `bytes()` of it would copy it twice).
+    """
+
+    views = True  # a view is copied at once: kept, it would keep its whole receive buffer
+
+    __slots__ = ("pieces",)
+
+    def __init__(self) -> None:
+        self.pieces: list[bytes] = []
+
+    async def write(self, data: Piece) -> None:
+        self.pieces.append(data if type(data) is bytes else bytes(data))
+
+    async def flush(self) -> None:
+        pass
+
+    async def truncate(self) -> None:
+        self.pieces.clear()
+
+    def value(self) -> bytes:
+        return b"".join(self.pieces)
+
+
+class PageSink(MemorySink):
+    """A page in memory, given pieces as the connection delivers them (never the 4 MiB
+    buffers a large body is read into below the parser, `_ring`, which read that far ahead
+    of where a page stops)."""
+
+    __slots__ = ()
+    views = False
+
+
+class ChannelSink:
+    """Hands each chunk to the consumer of `iter_bytes`; waits while it is busy."""
+
+    views = False  # the consumer keeps bytes objects, cut to its chunk_size
+
+    def __init__(self, send: MemoryObjectSendStream[bytes]) -> None:
+        self._send = send
+
+    async def write(self, data: Piece) -> None:
+        assert isinstance(data, bytes)  # views is False: fetch hands bytes only
+        await self._send.send(data)
+
+    async def flush(self) -> None:
+        pass
+
+    async def truncate(self) -> None:  # pragma: no cover - stream mode never truncates
+        raise AssertionError("a stream cannot take back bytes it yielded")
+
+
+class Switch:
+    """The first answer's sink of a download that may be split: the file sink as one
+    stream, or, once split (`writer` set, before the body is read), the in-place writer of
+    its first slice."""
+
+    def __init__(self, sink: FileSink) -> None:
+        self.sink = sink
+        self.writer: Sink | None = None
+
+    @property
+    def views(self) -> bool:
+        """Whether `fetch` may hand this answer's pieces as views of a reused buffer: the
+        file sink copies them; a writer keeps each piece until its batch is written, so it
+        needs bytes. Asked once the answer is judged (the writer, if any, set)."""
+        return self.writer is None
+
+    async def write(self, data: Piece) -> None:
+        await (self.writer or self.sink).write(data)
+
+    async def flush(self) -> None:
+        await (self.writer or self.sink).flush()
+
+    async def truncate(self) -> None:
+        await (self.writer or self.sink).truncate()
 
 
 def _write_all(fd: int, pieces: list[Piece]) -> None:
