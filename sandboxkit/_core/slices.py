@@ -292,6 +292,13 @@ class SliceState(ResumeState):
         self._expected_end = stop
         return decision
 
+    def on_chunk(self, size: int) -> tuple[int, int]:
+        """Account for `size` body bytes, all kept: the loop reads a slice's answer only up to
+        its end (`answer_end`), and a slice skips nothing (its bytes go in place)."""
+        self.position += size
+        self.high_water = self.position  # a slice resumes where it got to: never behind
+        return 0, size
+
     def on_stop(self) -> Decision:
         """Reading stopped at the answer's end (`answer_end`): the slice is done, or asks
         for its rest."""
