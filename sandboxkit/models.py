@@ -9,7 +9,7 @@ Forward compatible (docs/design.md section 8): enumerations whose full set the i
 does not show are plain `str` with the known values as constants, or (Build statuses) a
 `StrEnum` of the known values typed `BuildStatus | str`, an unknown value kept as its string;
 Build fields other than `id` are optional, and unknown fields are ignored by the converter in
-`_convert.py`, the only place that knows wire names and maps values to enum members.
+`convert.py`, the only place that knows wire names and maps values to enum members.
 """
 
 from __future__ import annotations

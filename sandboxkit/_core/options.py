@@ -335,7 +335,7 @@ class ParallelDownloads:
 class CallOptions(NamedTuple):
     """One call's overrides of the client's defaults, passed down whole (None: the default).
 
-    A NamedTuple, as the per-call records of `_protocol`: one is made for every call.
+    A NamedTuple, as the per-call records of `protocol`: one is made for every call.
     """
 
     timeout: Timeout | None = None

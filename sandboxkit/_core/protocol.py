@@ -1,7 +1,7 @@
 """Pure protocol facts of what we send: paths, header names, query strings, request recipes.
 
-Nothing here does I/O or awaits (gidgethub's sans-I/O core); `_transport.py` carries these
-descriptions over aiohttp and the resources build them. What the answers mean is `_answers`.
+Nothing here does I/O or awaits (gidgethub's sans-I/O core); `transport.py` carries these
+descriptions over aiohttp and the resources build them. What the answers mean is `answers`.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ IF_RANGE = "If-Range"
 # 500 is deliberately absent: docs/design.md section 5 surfaces it at once.
 RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
 # What a host that is down answers through the gateway in front of it: counted by its
-# circuit (`_retry.Circuit`) like a refused connect. 504 is a slow answer, not a dead host.
+# circuit (`retry.Circuit`) like a refused connect. 504 is a slow answer, not a dead host.
 OUTAGE_STATUSES = frozenset({502, 503})
 
 V2_PREFIX = "/api/v2"

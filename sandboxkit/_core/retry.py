@@ -1,6 +1,6 @@
 """Retry policy and its arithmetic (docs/design.md section 5). Pure: no I/O, no await.
 
-The loop that uses these lives in `_calls.py`; here are only the decisions: is this failure
+The loop that uses these lives in `calls.py`; here are only the decisions: is this failure
 retryable, how long to wait, may the client afford another retry, how a throttled host's
 concurrency window moves, and whether a host is down (its circuit).
 """

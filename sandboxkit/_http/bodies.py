@@ -47,7 +47,7 @@ __all__ = [
 # or broken server make us buffer a file's worth of bytes.
 ERROR_BODY_LIMIT = 64 * 1024
 # Bodies at least this large (identity-coded, with a Content-Length) are read below aiohttp's
-# parser (`_ring`), which costs the connection its keep-alive: one new connection (a TCP and
+# parser (`ring`), which costs the connection its keep-alive: one new connection (a TCP and
 # maybe a TLS handshake, a few round trips) against a saving of ~0.6 CPU s/GiB.
 RING_MIN_BODY = 32 << 20
 _STALL_MESSAGE = "Timeout on reading data from socket"  # aiohttp's own sock_read wording
@@ -130,7 +130,7 @@ class StreamingResponse:
         self.coding = None if coding is None else content_coding(coding)
         self.on_body: Callable[[], None] | None = None  # called at the first body byte read
         # From the request's sending (its pool slot held) to its answer's head, in seconds:
-        # with `link()`, what tells a long link (`_slices.far_enough`). Its request sets it.
+        # with `link()`, what tells a long link (`slices.far_enough`). Its request sets it.
         self.head_seconds = 0.0
 
     @property
@@ -172,7 +172,7 @@ class StreamingResponse:
     def iter_pieces(self, size: int) -> AsyncGenerator[bytes | memoryview, None]:
         """Yield the body in the largest pieces that suit a consumer that copies or writes
         them at once: a large identity body in memoryviews of up to 4 MiB, read below
-        aiohttp's parser (`_ring`; the consumer may keep them, they are never reused while
+        aiohttp's parser (`ring`; the consumer may keep them, they are never reused while
         it does), anything else as `iter_chunks(size)` does. Afterwards the connection is
         closed, never pooled, when the ring read it."""
         ring = self._take_over()

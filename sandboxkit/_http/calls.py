@@ -1,8 +1,8 @@
 """Runs one logical operation: the retry loop, the call's deadline, retry logging, and the
-operation's watch (`_telemetry`: its span, and the retry hook before each wait).
+operation's watch (`telemetry`: its span, and the retry hook before each wait).
 
 Every resource goes through `Calls.run` (control plane through `Calls.send`), so the retry
-rules of docs/design.md section 5 exist exactly once. The decisions come from the pure `_retry`
+rules of docs/design.md section 5 exist exactly once. The decisions come from the pure `retry`
 module; this module only waits and loops. `Calls.send` also picks each request's API key:
 the one given, or the api_key function's answer, asked per request (and after a 401).
 """

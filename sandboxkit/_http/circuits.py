@@ -1,7 +1,7 @@
 """The circuit of every host a client has seen fail, and the events calls wait on.
 
 The transport reports what each request met (`heard_from`, `answered`, `failed`); `Calls`
-asks before each try whether the host may be sent to (`_retry.Circuit.admit`) and waits if
+asks before each try whether the host may be sent to (`retry.Circuit.admit`) and waits if
 not. Only hosts with failures on record have a circuit: a healthy host costs two dict
 operations a request.
 
@@ -225,7 +225,7 @@ class Circuits:
             self.answered(origin, status)
 
     def failed(self, origin: str, description: str) -> None:
-        """A request to the host met an outage failure (`_retry.is_outage`)."""
+        """A request to the host met an outage failure (`retry.is_outage`)."""
         now = self.clock()
         answered = origin in self._heard
         if origin != self.console:

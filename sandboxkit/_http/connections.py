@@ -1,8 +1,8 @@
 """aiohttp's connection protocol as sandboxkit's connections run it (`LazyReadTimer`): one
 read timer moved lazily, bytes past an answer refused, and a drain left behind by a
 cancelled writer retrieved. Every session's connector makes its connections with it
-(`_transport`); `_bodies` quiets its timer for a body a `Watchdog` times instead (one timer
-per read timeout, for a body read piece by piece or below the parser, `_ring`)."""
+(`transport`); `bodies` quiets its timer for a body a `Watchdog` times instead (one timer
+per read timeout, for a body read piece by piece or below the parser, `ring`)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ A plain GET to a sandbox host needs none of it: the connection key, the `Host` h
 session's headers are the same for every request to that host. `Route` writes them once per
 host; `Route.get` takes a connection from the session's own connector (its keep-alive pool,
 limits, resolver and TLS), writes the request's head as bytes, and reads the answer with
-aiohttp's own parser on the connection's protocol (`_connections.LazyReadTimer`, which also
+aiohttp's own parser on the connection's protocol (`connections.LazyReadTimer`, which also
 refuses stray bytes). The answer is handed on as a `LeanAnswer`, which `StreamingResponse`
 reads as it reads aiohttp's `ClientResponse`: bodies, chunked framing, content codings, cuts
 and the 4 MiB ring are the same code on either path.
@@ -158,7 +158,7 @@ class Route:
         self, head: Head, timeout: aiohttp.ClientTimeout, read_timeout: float | None
     ) -> LeanAnswer:
         """Send `head` on a connection of the host's pool; the final answer's head, its body
-        unread. aiohttp's exceptions are raised as its own path raises them (`_translate`)."""
+        unread. aiohttp's exceptions are raised as its own path raises them (`translate`)."""
         connection = await self._connector.connect(self._request, [], timeout)
         try:
             protocol = connection.protocol

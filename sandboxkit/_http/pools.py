@@ -10,7 +10,7 @@ Waiting requests are served in arrival order across hosts (one FIFO queue), so a
 cannot starve others: once none of its sockets is in use its session is closed for an older
 request of another host (its own waiting requests go on with a fresh one).
 
-Each pool carries its host's AIMD window (`_retry.ConcurrencyWindow`): a 429 from that host
+Each pool carries its host's AIMD window (`retry.ConcurrencyWindow`): a 429 from that host
 halves it, successes grow it back, so one throttled sandbox slows only itself. The session
 type is a parameter (aiohttp's; fakes in tests): nothing here imports aiohttp.
 """

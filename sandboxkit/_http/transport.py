@@ -101,7 +101,7 @@ class Transport:
         restart_in_child(self, Transport._start_afresh)
 
     def _start_afresh(self) -> None:
-        """What is bound to one loop: made again in a child after `os.fork()` (`_forks`)."""
+        """What is bound to one loop: made again in a child after `os.fork()` (`forks`)."""
         # Without a resolver of the caller's, `*.localhost` is loopback (a standalone
         # emulator's sandbox hosts) and every other name resolves as aiohttp's default does.
         self._own_resolver = LocalhostResolver() if self._callers_resolver is None else None
@@ -506,7 +506,7 @@ class HostRequest:
         finally:
             # An unread body means the connection cannot be reused: drop it at once rather
             # than leave it half-read (cancellation included). A body read below the parser
-            # (`_ring`) never leaves aiohttp's reader at its end.
+            # (`ring`) never leaves aiohttp's reader at its end.
             if response.content.at_eof():
                 response.release()
             else:

@@ -1,7 +1,7 @@
 """Bounded reads (issue 31): a page of a file, a text page, a whole read under a size cap.
 
 Each is one `download.fetch` into memory (the download's retry loop, resume machine and
-connection handling), stopped where the read ends. A page runs under `_bounds.PageState`:
+connection handling), stopped where the read ends. A page runs under `bounds.PageState`:
 every GET asks for `Range: bytes=a-b`, bounded by the page's end, and a data center without
 ranges, which answers with the whole file, is read only up to the page's end: the bytes
 before it are dropped as they come, and its connection is closed there, the rest unread. A

@@ -55,7 +55,7 @@ class Sink(Protocol):
     """Where `fetch` puts the body's bytes, in order.
 
     `write` gets `bytes` objects, unless the sink has a true attribute `views`: then large
-    bodies come as memoryviews of up to 4 MiB receive buffers (`_ring`). A sink may keep
+    bodies come as memoryviews of up to 4 MiB receive buffers (`ring`). A sink may keep
     either as long as it likes (a buffer is never refilled while a view of it is alive),
     and must assume nothing of a view beyond the buffer protocol and `len`. `flush` is
     awaited at the end of each answer's body and before a retry after a cut: everything
@@ -99,7 +99,7 @@ class MemorySink:
 
 class PageSink(MemorySink):
     """A page in memory, given pieces as the connection delivers them (never the 4 MiB
-    buffers a large body is read into below the parser, `_ring`, which read that far ahead
+    buffers a large body is read into below the parser, `ring`, which read that far ahead
     of where a page stops)."""
 
     __slots__ = ()
@@ -191,7 +191,7 @@ class FileSink:
     batches in order: writev and sha256 both let go of the GIL, so the file is written while
     it is hashed), and the next batch fills meanwhile. At most `IN_FLIGHT` batches are with
     the threads: the body's bytes held here are at most (IN_FLIGHT + 1) batches, 12 MiB, and
-    with the one `_ring` holds ready meanwhile, 16 MiB (its four buffers). A file smaller
+    with the one `ring` holds ready meanwhile, 16 MiB (its four buffers). A file smaller
     than a batch never starts the threads: it is written and hashed in one thread call at
     its flush.
     Cancelling the download never cancels thread work on the file: `quiesce()` waits for all
@@ -227,7 +227,7 @@ class FileSink:
             self._lanes = [ThreadPoolExecutor(1, "sandboxkit-download") for _ in range(lanes)]
         # A list each, which its thread empties before its future resolves: the executor
         # lets go of a call's arguments only after that, when the loop may already want the
-        # receive buffer back (`_ring` refills one only once no view of it is left). Held
+        # receive buffer back (`ring` refills one only once no view of it is left). Held
         # there, it cost a fresh 4 MiB buffer, one more than the pipeline needs.
         work = [asyncio.wrap_future(self._lanes[0].submit(_write_all, self._fd, batch[:]))]
         if self._hash is not None:

@@ -25,13 +25,13 @@ in a plain lock wait is not woken when another thread takes the signal. So the l
 (and every thread it starts) blocks the asynchronous signals, and callers wait in short
 slices, which also covers a signal taken by some other thread of the application's.
 
-Around `os.fork()` the loop is parked (`_forks.park_around_fork`): its thread, the thread
+Around `os.fork()` the loop is parked (`forks.park_around_fork`): its thread, the thread
 workers it started and its executor's threads end before the fork, and in the parent a new
 thread picks up the same loop, its calls in flight included, with the next call (at once if
 calls are in flight). So the process forks with only the forking thread (Python 3.12+ warns
 at any fork of a process with threads, and a child of one may inherit a lock some other
 thread held), and the child starts a loop of its own on its first call
-(`_forks.restart_in_child`).
+(`forks.restart_in_child`).
 
 anyio's `start_blocking_portal` is not used: its portal hands a call over by waiting for the
 loop (an interrupt there leaves a task nobody can cancel), and a portal nobody closed is
@@ -309,7 +309,7 @@ class Loop:
 
     Stopped by `stop()`, or else by a finalizer (with a `ResourceWarning`) once no facade
     holds it. In a child process after `os.fork()` the thread is gone: the child's first
-    call starts one of its own, and the parent's loop is left alone (`_forks`).
+    call starts one of its own, and the parent's loop is left alone (`forks`).
     """
 
     def __init__(self) -> None:
