@@ -20,11 +20,9 @@ starts over, whole, from the first byte.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 import attrs
 
-from ..errors import ValidationError
 from .answers import parse_content_range
 from .resume import DONE, Action, Decision, ResponseInfo, ResumeState, Validators
 
@@ -34,7 +32,6 @@ __all__ = [
     "SliceState",
     "Span",
     "StartOver",
-    "check_parts",
     "far_enough",
     "judge_slice",
     "merge",
@@ -201,13 +198,6 @@ def _whole(info: ResponseInfo, total: int, held: Validators | None) -> tuple[Dec
 
 def _over(why: str) -> Decision:
     return Decision(Action.RETRY, reason=f"{why}; starting over from the first byte")
-
-
-def check_parts(parts: Any) -> int:
-    """`parts` of `files.download`: an integer >= 1."""
-    if not isinstance(parts, int) or isinstance(parts, bool) or parts < 1:
-        raise ValidationError(f"parts={parts!r}: must be an integer >= 1")
-    return parts
 
 
 class StartOver(Exception):

@@ -41,6 +41,7 @@ __all__ = [
     "check_log_offset",
     "check_page",
     "check_page_size",
+    "check_parts",
     "check_path_id",
     "check_remote_path",
     "check_resources",
@@ -186,6 +187,13 @@ def check_idempotency_key(key: Any) -> str:
     if not isinstance(key, str) or not IDEMPOTENCY_KEY.fullmatch(key):
         raise _fail("idempotency_key", "must be 1-64 printable ASCII chars, no whitespace", key)
     return key
+
+
+def check_parts(parts: Any) -> int:
+    """`parts` of `files.download`: an integer >= 1."""
+    if not isinstance(parts, int) or isinstance(parts, bool) or parts < 1:
+        raise ValidationError(f"parts={parts!r}: must be an integer >= 1")
+    return parts
 
 
 def check_page(page: Any) -> int:

@@ -13,8 +13,7 @@ import attrs
 
 from .._core import bounds as _bounds
 from .._core.options import CallOptions, ParallelDownloads, Progress, RetryPolicy, Timeout
-from .._core.slices import check_parts
-from .._core.validation import check_flag, check_username
+from .._core.validation import check_flag, check_parts, check_username
 from .._transfer import download as _download
 from .._transfer import reads as _reads
 from .._transfer import upload as _upload
