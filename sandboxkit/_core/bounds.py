@@ -1,6 +1,6 @@
 """Bounded reads, the pure part (issue 31): what a page of a file asks for and what its
-answers mean, the size cap of a whole read, how a text page is cut and decoded, and the
-checks of their arguments. No I/O, no await.
+answers mean, the size cap of a whole read, and how a text page is cut and decoded (their arguments
+are checked in `validation`). No I/O, no await.
 
 A page is the bytes [offset, end) of a file (end None: to its end), read into memory by the
 download loop (`download.fetch`) under `PageState`, the resume machine of a page:
@@ -24,88 +24,24 @@ download loop (`download.fetch`) under `PageState`, the resume machine of a page
 from __future__ import annotations
 
 import codecs
-from typing import Any
 
 import attrs
 
-from ..errors import FileTooLargeError, ValidationError
+from ..errors import FileTooLargeError
 from . import operations as ops
 from .resume import DONE, Action, Decision, ResponseInfo, ResumeState, unsatisfiable_size
 
 __all__ = [
-    "MIN_TEXT_LENGTH",
     "PageState",
-    "check_codec",
     "check_counted",
-    "check_length",
-    "check_max_size",
-    "check_offset",
     "decode_page",
     "stop_under_cap",
     "too_large",
 ]
 
-# The longest character of the encodings read_text accepts (UTF-8, UTF-16 surrogate pairs,
-# UTF-32, GB18030): a text page at least this long always holds a character or an error, so
-# paging by `next_offset` always moves on.
-MIN_TEXT_LENGTH = 4
+# A page of these that starts inside a character skips its continuation bytes (the
+# character belongs to the page before).
 _UTF8 = frozenset({"utf-8", "utf-8-sig"})
-# Their byte order is in the BOM at the file's first byte: a page past it cannot know it.
-_BOM_ORDERED = frozenset({"utf-16", "utf-32"})
-# Decoded by a state that escapes or shifts run along the text: a page that starts at an
-# arbitrary byte offset cannot know it (`iso2022*` are matched by their prefix).
-_STATEFUL = frozenset({"utf-7", "hz", "idna", "punycode", "unicode-escape", "raw-unicode-escape"})
-
-
-def _whole_number(argument: str, value: Any, low: int) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise ValidationError(f"{argument}={value!r}: must be an integer >= {low}")
-    return value
-
-
-def check_offset(offset: Any) -> int:
-    """A byte offset: an integer >= 0 (not a bool)."""
-    return _whole_number("offset", offset, 0)
-
-
-def check_length(length: Any, low: int = 1) -> int:
-    """A page's length in bytes: an integer >= `low` (not a bool)."""
-    return _whole_number("length", length, low)
-
-
-def check_max_size(max_size: Any) -> int | None:
-    """None, or a cap in bytes: a positive integer (not a bool)."""
-    return None if max_size is None else _whole_number("max_size", max_size, 1)
-
-
-def check_codec(encoding: Any, errors: Any, offset: int) -> str:
-    """The codec's canonical name (`codecs.lookup`), once it is known to decode bytes to text
-    from any byte offset, and `errors` a registered error handler."""
-    if not isinstance(encoding, str):
-        raise ValidationError(f"encoding={encoding!r}: must be a str naming a text encoding")
-    try:
-        info = codecs.lookup(encoding)
-    except LookupError:
-        raise ValidationError(f"encoding={encoding!r}: no such encoding") from None
-    name = info.name
-    if not getattr(info, "_is_text_encoding", True):  # base64, hex, rot13: bytes to bytes
-        raise ValidationError(f"encoding={encoding!r}: not a text encoding")
-    if name in _STATEFUL or name.startswith("iso2022"):
-        raise ValidationError(
-            f"encoding={encoding!r}: a stateful encoding cannot be decoded from a byte offset"
-        )
-    if name in _BOM_ORDERED and offset > 0:
-        raise ValidationError(
-            f"encoding={encoding!r}: its byte order is in the BOM at byte 0; from offset "
-            f"{offset} name it: {name}-le or {name}-be"
-        )
-    if not isinstance(errors, str):
-        raise ValidationError(f"errors={errors!r}: must be the name of an error handler")
-    try:
-        codecs.lookup_error(errors)
-    except LookupError:
-        raise ValidationError(f"errors={errors!r}: no such error handler") from None
-    return name
 
 
 def too_large(
@@ -133,25 +69,24 @@ def too_large(
     return None
 
 
-def stop_under_cap(size: int | None, max_size: int | None) -> int | None:
-    """Where a whole download under `max_size` (None: no cap) stops reading an answer's body,
-    told the `size` its head shows: nowhere within the cap (None); one byte past the cap
-    when it shows none (that byte tells a file over it: `too_large` with the bytes counted).
+def stop_under_cap(size: int | None, max_size: int) -> int | None:
+    """Where a whole download under `max_size` stops reading an answer's body, told the
+    `size` its head shows: nowhere within the cap (None); one byte past the cap when it shows
+    none (that byte tells a file over it: `too_large` with the bytes counted). A download
+    with no cap never asks: it runs no code of this module.
 
     Raises:
         FileTooLargeError: the size shown is over the cap: before the body, none of it read.
     """
-    if max_size is None:
-        return None
     if error := too_large(size, 0, max_size):
         raise error
     return max_size + 1 if size is None else None
 
 
-def check_counted(counted: int, max_size: int | None) -> None:
+def check_counted(counted: int, max_size: int) -> None:
     """After a whole download under `max_size` whose answers showed no size (`stop_under_cap`
     stopped it one byte past the cap): FileTooLargeError if the bytes `counted` passed it."""
-    if max_size is not None and (error := too_large(None, 0, max_size, counted)):
+    if error := too_large(None, 0, max_size, counted):
         raise error
 
 

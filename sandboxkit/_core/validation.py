@@ -6,6 +6,7 @@ Each check raises `ValidationError` naming the argument and the rule. Pure: no I
 from __future__ import annotations
 
 import base64
+import codecs
 import re
 import uuid
 from collections.abc import Mapping
@@ -28,6 +29,8 @@ from ..rules import (
 from .options import Timeout
 
 __all__ = [
+    "MIN_TEXT_LENGTH",
+    "check_codec",
     "check_count",
     "check_description",
     "check_envs",
@@ -36,9 +39,12 @@ __all__ = [
     "check_idempotency_key",
     "check_image_filter",
     "check_labels",
+    "check_length",
     "check_log_level",
     "check_log_limit",
     "check_log_offset",
+    "check_max_size",
+    "check_offset",
     "check_page",
     "check_page_size",
     "check_parts",
@@ -421,3 +427,67 @@ def check_ssh_public_key(text: Any) -> str:
     if blob[4 : 4 + size] != parts[0].encode():
         raise ValidationError("not an OpenSSH public key: the key data does not match its type")
     return line
+
+
+# Bounded reads' arguments (the reads themselves: `bounds`).
+
+# The longest character of the encodings read_text accepts (UTF-8, UTF-16 surrogate pairs,
+# UTF-32, GB18030): a text page at least this long always holds a character or an error, so
+# paging by `next_offset` always moves on.
+MIN_TEXT_LENGTH = 4
+# Their byte order is in the BOM at the file's first byte: a page past it cannot know it.
+_BOM_ORDERED = frozenset({"utf-16", "utf-32"})
+# Decoded by a state that escapes or shifts run along the text: a page that starts at an
+# arbitrary byte offset cannot know it (`iso2022*` are matched by their prefix).
+_STATEFUL = frozenset({"utf-7", "hz", "idna", "punycode", "unicode-escape", "raw-unicode-escape"})
+
+
+def _whole_number(argument: str, value: Any, low: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise ValidationError(f"{argument}={value!r}: must be an integer >= {low}")
+    return value
+
+
+def check_offset(offset: Any) -> int:
+    """A byte offset: an integer >= 0 (not a bool)."""
+    return _whole_number("offset", offset, 0)
+
+
+def check_length(length: Any, low: int = 1) -> int:
+    """A page's length in bytes: an integer >= `low` (not a bool)."""
+    return _whole_number("length", length, low)
+
+
+def check_max_size(max_size: Any) -> int | None:
+    """None, or a cap in bytes: a positive integer (not a bool)."""
+    return None if max_size is None else _whole_number("max_size", max_size, 1)
+
+
+def check_codec(encoding: Any, errors: Any, offset: int) -> str:
+    """The codec's canonical name (`codecs.lookup`), once it is known to decode bytes to text
+    from any byte offset, and `errors` a registered error handler."""
+    if not isinstance(encoding, str):
+        raise ValidationError(f"encoding={encoding!r}: must be a str naming a text encoding")
+    try:
+        info = codecs.lookup(encoding)
+    except LookupError:
+        raise ValidationError(f"encoding={encoding!r}: no such encoding") from None
+    name = info.name
+    if not getattr(info, "_is_text_encoding", True):  # base64, hex, rot13: bytes to bytes
+        raise ValidationError(f"encoding={encoding!r}: not a text encoding")
+    if name in _STATEFUL or name.startswith("iso2022"):
+        raise ValidationError(
+            f"encoding={encoding!r}: a stateful encoding cannot be decoded from a byte offset"
+        )
+    if name in _BOM_ORDERED and offset > 0:
+        raise ValidationError(
+            f"encoding={encoding!r}: its byte order is in the BOM at byte 0; from offset "
+            f"{offset} name it: {name}-le or {name}-be"
+        )
+    if not isinstance(errors, str):
+        raise ValidationError(f"errors={errors!r}: must be the name of an error handler")
+    try:
+        codecs.lookup_error(errors)
+    except LookupError:
+        raise ValidationError(f"errors={errors!r}: no such error handler") from None
+    return name

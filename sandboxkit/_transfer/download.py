@@ -372,7 +372,7 @@ async def download_to_file(
         )
 
     def on_stream(now: ResumeState, _: StreamingResponse) -> int | None:
-        stop = stop_under_cap(now.total, max_size)
+        stop = None if max_size is None else stop_under_cap(now.total, max_size)
         part.record(now.total, now.ranges_supported, now.validators)
         return stop
 
@@ -391,7 +391,8 @@ async def download_to_file(
             state=await continue_part(sink, part),
             on_stream=on_stream,
         )
-        check_counted(state.position, max_size)
+        if max_size is not None:
+            check_counted(state.position, max_size)
         await sink.commit(part.path, dest)
         part.discard()  # the sidecar; the part itself is `dest` now
     except BaseException as exc:
@@ -535,7 +536,8 @@ class _Split:
         ):
             # A part an earlier download wrote in slices (so the link was long enough):
             # fetch only its gaps, in slices again.
-            stop_under_cap(part.total, self.max_size)
+            if self.max_size is not None:
+                stop_under_cap(part.total, self.max_size)
             self._continued = {end for _, end in part.done if end < part.total}
             self._validators = part.validators
             self._begin_split(part.total, part.done, self.parallel.parts)
@@ -563,7 +565,7 @@ class _Split:
         switch = Switch(self.sink)
 
         def on_stream(now: ResumeState, response: StreamingResponse) -> int | None:
-            stop = stop_under_cap(now.total, self.max_size)
+            stop = None if self.max_size is None else stop_under_cap(now.total, self.max_size)
             if self._stop is not None:
                 return self._stop  # a resumed first answer still stops at its piece's end
             total = now.total
@@ -708,7 +710,8 @@ async def _split_to_file(
         try:
             with anyio.fail_after(total_time):
                 size, sha256 = await run.run()
-            check_counted(size, max_size)
+            if max_size is not None:
+                check_counted(size, max_size)
         except TimeoutError as exc:
             raise APITimeoutError(
                 f"{OPERATION}: no success within the call's total timeout of {total_time}s",

@@ -11,9 +11,17 @@ from typing import Any
 
 import attrs
 
-from .._core import bounds as _bounds
 from .._core.options import CallOptions, ParallelDownloads, Progress, RetryPolicy, Timeout
-from .._core.validation import check_flag, check_parts, check_username
+from .._core.validation import (
+    MIN_TEXT_LENGTH,
+    check_codec,
+    check_flag,
+    check_length,
+    check_max_size,
+    check_offset,
+    check_parts,
+    check_username,
+)
 from .._transfer import download as _download
 from .._transfer import reads as _reads
 from .._transfer import upload as _upload
@@ -147,7 +155,7 @@ class Files:
         request = self._request(remote, username, chunk_size, timeout, retry)
         path = check_destination(dest)
         keep = check_flag("keep_partial", keep_partial)
-        cap = _bounds.check_max_size(max_size)
+        cap = check_max_size(max_size)
         parallel = self._parallel
         if parts is not None:
             parallel = attrs.evolve(parallel, parts=check_parts(parts))
@@ -225,7 +233,7 @@ class Files:
             APIError, TransportError, ResponseDecodeError: as for `download`.
         """
         request = self._request(remote, username, chunk_size, timeout, retry)
-        cap = _bounds.check_max_size(max_size)
+        cap = check_max_size(max_size)
         if cap is None:
             return await _download.read_all(request)
         return await _reads.read_all(request, cap)
@@ -280,8 +288,8 @@ class Files:
                 offset = page.next_offset
         """
         request = self._request(remote, username, DEFAULT_CHUNK_SIZE, timeout, retry)
-        start = _bounds.check_offset(offset)
-        return await _reads.read_range(request, start, _bounds.check_length(length))
+        start = check_offset(offset)
+        return await _reads.read_range(request, start, check_length(length))
 
     async def read_text(
         self,
@@ -342,15 +350,15 @@ class Files:
             rest = await sbx.files.read_text("/home/user/notes.md", page.next_offset)
         """
         request = self._request(remote, username, DEFAULT_CHUNK_SIZE, timeout, retry)
-        start = _bounds.check_offset(offset)
-        size = None if length is None else _bounds.check_length(length, _bounds.MIN_TEXT_LENGTH)
-        cap = _bounds.check_max_size(max_size)
+        start = check_offset(offset)
+        size = None if length is None else check_length(length, MIN_TEXT_LENGTH)
+        cap = check_max_size(max_size)
         if size is not None and cap is not None:
             raise ValidationError(
                 f"length={length!r}, max_size={max_size!r}: give one; max_size bounds a read "
                 "to the end of the file (length=None), a page is bounded by its length"
             )
-        codec = _bounds.check_codec(encoding, errors, start)
+        codec = check_codec(encoding, errors, start)
         return await _reads.read_text(request, start, size, codec, errors, cap)
 
     async def upload(

@@ -8,16 +8,9 @@ from typing import Any
 import attrs
 import pytest
 
-from sandboxkit._core.bounds import (
-    PageState,
-    check_codec,
-    check_length,
-    check_max_size,
-    check_offset,
-    decode_page,
-    too_large,
-)
+from sandboxkit._core.bounds import PageState, decode_page, too_large
 from sandboxkit._core.resume import Action, ResponseInfo, unsatisfiable_size
+from sandboxkit._core.validation import check_codec, check_length, check_max_size, check_offset
 from sandboxkit.errors import ValidationError
 
 # A scenario is a page [offset, end) and a list of steps:
