@@ -145,7 +145,7 @@ _LAZY = {
     "FileEntry": ".models",
     "FileRange": ".models",
     "FileTooLargeError": ".errors",
-    "find_partial": "._transfer.partial",
+    "find_partial": "._transfer.sinks",
     "GatewayTimeoutError": ".errors",
     "HostNotFoundError": ".errors",
     "HostUnavailableError": ".errors",
@@ -163,7 +163,7 @@ _LAZY = {
     "Page": ".models",
     "PaginationError": ".errors",
     "ParallelDownloads": "._core.options",
-    "PartialDownload": "._transfer.partial",
+    "PartialDownload": "._transfer.sinks",
     "PartitionEntry": ".models",
     "PayloadTooLargeError": ".errors",
     "PermissionDeniedError": ".errors",
@@ -207,7 +207,7 @@ if TYPE_CHECKING:
     from ._core.events import RequestEvent, ResponseEvent, RetryEvent
     from ._core.options import Limits, ParallelDownloads, Progress, RetryPolicy, Timeout
     from ._core.validation import resources_from
-    from ._transfer.partial import PartialDownload, find_partial
+    from ._transfer.sinks import PartialDownload, find_partial
     from .client import Client
     from .errors import (
         APIConnectionError,

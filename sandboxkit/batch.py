@@ -27,7 +27,7 @@ import anyio
 import attrs
 
 from ._core.validation import check_remote_path
-from ._transfer.partial import clear_leftovers
+from ._transfer.sinks import clear_leftovers
 from .errors import ValidationError
 from .models import DownloadResult, UploadResult
 from .resources.sandbox import SandboxRef

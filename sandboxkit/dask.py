@@ -43,7 +43,7 @@ from typing import Any, Protocol
 
 from . import batch
 from ._client_config import ClientConfig
-from ._transfer.partial import clear_leftovers
+from ._transfer.sinks import clear_leftovers
 from .client import Client
 from .errors import SandboxKitError, ValidationError
 from .models import DownloadResult

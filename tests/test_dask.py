@@ -16,7 +16,7 @@ import pytest
 
 import sandboxkit
 from sandboxkit import batch
-from sandboxkit._transfer.partial import part_paths
+from sandboxkit._transfer.sinks import part_paths
 from sandboxkit.dask import _run_shard, download_many_on_dask
 from sandboxkit.emulator import Emulator, EmulatorResolver, Fault
 from sandboxkit.models import DownloadResult

@@ -8,7 +8,7 @@ carry on, an exception to stop). Every download runs it: into memory (`read_all`
 pages of `reads`), to the consumer of `iter_bytes` (`stream_chunks`), to a file on one
 stream, and for each slice of a split one (under a `slices.SliceState`).
 
-A download to a file (`download_to_file`) lands in `dest`'s partial file (`partial`), renamed
+A download to a file (`download_to_file`) lands in `dest`'s partial file (`sinks.PartFile`), renamed
 into place only when complete. With `ParallelDownloads.parts` above 1 it may be split
 (docs/design.md section 6, item 9): the first GET has no Range (item 1). When its answer
 shows `Accept-Ranges: bytes`, a size of at least `ParallelDownloads.threshold`, and came over
@@ -79,9 +79,18 @@ from .._http.cancel import raise_held, wait_through_cancels
 from ..errors import APITimeoutError, ResponseDecodeError, SandboxKitError
 from ..models import DownloadResult
 from .inplace import InPlace, Ledger, Writer
-from .partial import PartFile, PartOf, open_part
 from .plane import DataPlane, Progress
-from .sinks import ChannelSink, FileSink, MemorySink, Piece, Sink, Switch
+from .sinks import (
+    ChannelSink,
+    FileSink,
+    MemorySink,
+    PartFile,
+    PartOf,
+    Piece,
+    Sink,
+    Switch,
+    open_part,
+)
 
 __all__ = [
     "OPERATION",
@@ -352,7 +361,7 @@ async def download_to_file(
     """Download into `dest`'s partial file, renamed into place only when complete; split
     into slices where it pays and `parallel.parts` allows (see the module docstring).
 
-    With `resume`, a partial file a dead process left (`partial`) is continued where its
+    With `resume`, a partial file a dead process left (`sinks.PartFile`) is continued where its
     sidecar vouches for it. Where the data center showed it can resume, a failure here for a
     reason a later try may not meet (`retry.is_transient`: an outage, a timeout) keeps the
     partial file (and its sidecar, recording every range written) for the next download of

@@ -20,8 +20,7 @@ import anyio
 from .._core.resume import Validators
 from .._core.slices import Span, merge, prefix
 from .._http.cancel import wait_through_cancels
-from .partial import PartFile
-from .sinks import WRITE_BATCH, Piece
+from .sinks import WRITE_BATCH, PartFile, Piece
 
 __all__ = ["RECORD_EVERY", "InPlace", "Ledger", "Writer"]
 

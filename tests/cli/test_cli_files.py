@@ -16,8 +16,7 @@ from typing import Any, TypeVar
 import pytest
 from click.testing import CliRunner
 
-from sandboxkit._transfer.partial import PartOf, open_part
-from sandboxkit._transfer.sinks import WRITE_BATCH
+from sandboxkit._transfer.sinks import WRITE_BATCH, PartOf, open_part
 from sandboxkit.cli import _app, cli
 from sandboxkit.cli._progress import TransferBar, format_size
 from sandboxkit.emulator import Fault

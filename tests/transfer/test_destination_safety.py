@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 
 import sandboxkit
-from sandboxkit._transfer import partial as _partial
-from sandboxkit._transfer.partial import part_paths
+from sandboxkit._transfer import sinks as _partial
+from sandboxkit._transfer.sinks import part_paths
 from sandboxkit.emulator import Emulator, Fault
 
 from ..files_support import Box, new_box, payload, sha

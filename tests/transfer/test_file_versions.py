@@ -23,7 +23,7 @@ import pytest
 import sandboxkit
 from sandboxkit._core.resume import Validators
 from sandboxkit._core.slices import RANGES_IGNORED
-from sandboxkit._transfer.partial import PartOf, open_part, part_paths
+from sandboxkit._transfer.sinks import PartOf, open_part, part_paths
 
 from ..conftest import hostile_client
 from ..files_support import payload, sha

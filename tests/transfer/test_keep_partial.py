@@ -15,8 +15,7 @@ import anyio
 import pytest
 
 import sandboxkit
-from sandboxkit._transfer.partial import PartOf, open_part, part_paths
-from sandboxkit._transfer.sinks import WRITE_BATCH
+from sandboxkit._transfer.sinks import WRITE_BATCH, PartOf, open_part, part_paths
 from sandboxkit.emulator import Emulator, Fault
 
 from ..files_support import NO_RESUME, Box, dir_listing, new_box, payload, sha

@@ -15,7 +15,7 @@ import pytest
 
 import sandboxkit
 from sandboxkit import batch
-from sandboxkit._transfer.partial import part_paths
+from sandboxkit._transfer.sinks import part_paths
 from sandboxkit.emulator import Emulator
 
 from ..files_support import NO_RESUME, Box, new_box, payload, sha

@@ -21,8 +21,7 @@ import pytest
 import sandboxkit
 from sandboxkit import sync
 from sandboxkit._transfer.inplace import InPlace
-from sandboxkit._transfer.partial import PartOf, open_part, part_paths
-from sandboxkit._transfer.sinks import WRITE_BATCH
+from sandboxkit._transfer.sinks import WRITE_BATCH, PartOf, open_part, part_paths
 from sandboxkit.emulator import Emulator, Fault
 
 from ..cli_support import EmulatorThread
