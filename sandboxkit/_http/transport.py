@@ -5,7 +5,7 @@ sessions in `HostPools`. `send` carries a control-plane request and deciphers it
 `open` sends a data-plane request on its host's pool and hands back the unread answer. Every
 aiohttp exception is translated (`translate`); nothing above sees an aiohttp object.
 
-`HostRequest` is `open`'s context: it leases a slot of the host's pool (`pools`), sends,
+`HostRequest` is `open`'s context: it leases a slot of the host's pool (`hosts`), sends,
 moves the host's window and circuit by the answer, and hands back the unread answer; on
 leaving it pools or drops the connection and gives the slot back. A plain GET goes the lean
 way (`plain_get`), anything else through aiohttp's `ClientSession.request`; both answers read
@@ -43,11 +43,10 @@ from .._core.retry import is_outage
 from .._version import __version__
 from ..errors import ClientStateError, ResponseDecodeError, SandboxKitError
 from .bodies import Answer, StreamingResponse, read_capped
-from .circuits import Circuits
 from .connections import LazyReadTimer
 from .forks import restart_in_child
+from .hosts import Circuits, HostKey, HostPool, HostPools
 from .plain_get import Head, Route, route
-from .pools import HostKey, HostPool, HostPools
 from .resolver import LocalhostResolver
 from .telemetry import Exchange, watching
 from .translate import translate

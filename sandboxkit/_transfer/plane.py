@@ -25,7 +25,7 @@ from .._core.retry import TryAgain
 from .._core.validation import check_remote_path
 from .._http.bodies import StreamingResponse
 from .._http.calls import Calls
-from .._http.pools import HostKey
+from .._http.hosts import HostKey
 from ..errors import ValidationError
 
 __all__ = ["REPLY_LIMIT", "DataPlane", "Progress", "check_chunk_size", "check_destination"]

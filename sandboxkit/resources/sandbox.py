@@ -13,7 +13,7 @@ import attrs
 
 from .._core.options import ParallelDownloads
 from .._core.protocol import data_plane_origin
-from .._http.pools import HostKey
+from .._http.hosts import HostKey
 from .._transfer.plane import DataPlane
 from ..errors import ValidationError
 from .files import Files

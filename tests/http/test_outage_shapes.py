@@ -122,7 +122,7 @@ def test_a_head_closes_the_circuit_only_once_its_body_flows() -> None:
     """A host going away sends some heads and closes before the body: such a cut counts as
     an outage failure; only a body that flows (or a failure of ours after the head) says
     the host is back. A cancellation says nothing."""
-    from sandboxkit._http.circuits import Circuits
+    from sandboxkit._http.hosts import Circuits
 
     circuits = Circuits(lambda: 0.0)
     host = "http://sbx-1.sandbox.test:1"
@@ -151,7 +151,7 @@ def test_a_host_never_heard_from_opens_no_circuit_unless_its_domain_is_down() ->
     """Failures of a host that never answered open no circuit (it is a mistake, reported),
     even when other sandboxes of its domain answered (a wrong key: issue 38); only while a
     sibling that answered is failing (the domain is down) does its failure open it."""
-    from sandboxkit._http.circuits import Circuits
+    from sandboxkit._http.hosts import Circuits
 
     circuits = Circuits(lambda: 0.0)
     for _ in range(10):

@@ -18,7 +18,7 @@ import pytest
 
 import sandboxkit
 from sandboxkit import models
-from sandboxkit._http.pools import HostKey
+from sandboxkit._http.hosts import HostKey
 from sandboxkit.emulator import Emulator, Fault, RecordedRequest
 
 from ..reliability_support import close_and_check, port_of, refused_port

@@ -208,7 +208,7 @@ def test_which_failures_of_a_host_may_say_it_is_down(
 ) -> None:
     """`may_be_down(answered, sibling_failed_at, newcomers_failed_at, now)`: a host that
     never answered is down only while its domain is, as fresh failures of others tell."""
-    from sandboxkit._http.circuits import DOMAIN_DOWN_FOR, NEWCOMERS_DOWN, may_be_down
+    from sandboxkit._http.hosts import DOMAIN_DOWN_FOR, NEWCOMERS_DOWN, may_be_down
 
     assert NEWCOMERS_DOWN == 2
     now = 1e6
@@ -224,7 +224,7 @@ def test_a_never_answered_hosts_failures_open_its_circuit_only_while_its_domain_
     (the domain is down); the domain answering again drops that circuit at its next
     failure, and so does the sibling's failure growing stale. Two other hosts that never
     answered failing tell the same as one that did; a host's own failures tell nothing."""
-    from sandboxkit._http.circuits import DOMAIN_DOWN_FOR, Circuits
+    from sandboxkit._http.hosts import DOMAIN_DOWN_FOR, Circuits
 
     now = [0.0]
     circuits = Circuits(lambda: now[0], console="http://api.sandbox.test:9")
