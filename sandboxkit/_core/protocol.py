@@ -119,7 +119,7 @@ def segment(value: str) -> str:
 # What a query part may carry unquoted (RFC 3986 `query` less the `&`, `=`, `+`, `;` that
 # parsers split or decode on, and `#`): exactly what yarl leaves as is when it requotes a
 # query, so a target written here goes out the same by aiohttp's path (which requotes it) or
-# the lean one (`plain_get`, which sends it as written).
+# the lean one (`connections.Route`, which sends it as written).
 _QUERY_SAFE = "!$'()*,/:?@"
 
 

@@ -70,7 +70,7 @@ async def read_capped(content: aiohttp.StreamReader, limit: int) -> tuple[bytes,
 
 class Answer(Protocol):
     """What `StreamingResponse` reads of an answer: aiohttp's `ClientResponse`, or the lean
-    path's `plain_get.LeanAnswer`. `release` pools its connection (unless it must close),
+    path's `connections.LeanAnswer`. `release` pools its connection (unless it must close),
     `close` drops it."""
 
     @property

@@ -8,7 +8,7 @@ aiohttp exception is translated (`translate`); nothing above sees an aiohttp obj
 `HostRequest` is `open`'s context: it leases a slot of the host's pool (`hosts`), sends,
 moves the host's window and circuit by the answer, and hands back the unread answer; on
 leaving it pools or drops the connection and gives the slot back. A plain GET goes the lean
-way (`plain_get`), anything else through aiohttp's `ClientSession.request`; both answers read
+way (`connections.Route`), anything else through aiohttp's `ClientSession.request`; both answers read
 the same (`StreamingResponse`).
 """
 
@@ -43,10 +43,9 @@ from .._core.retry import is_outage
 from .._version import __version__
 from ..errors import ClientStateError, ResponseDecodeError, SandboxKitError
 from .bodies import Answer, StreamingResponse, read_capped
-from .connections import LazyReadTimer
+from .connections import Head, LazyReadTimer, Route, route
 from .forks import restart_in_child
 from .hosts import Circuits, HostKey, HostPool, HostPools
-from .plain_get import Head, Route, route
 from .resolver import LocalhostResolver
 from .telemetry import Exchange, watching
 from .translate import translate
@@ -463,7 +462,7 @@ class HostRequest:
     def _lean(
         self, pool: HostPool[aiohttp.ClientSession], headers: Mapping[str, str] | None
     ) -> Head | None:
-        """The head of a GET the lean path (`plain_get`) can carry; None: aiohttp's path."""
+        """The head of a GET the lean path (`connections.Route`) can carry; None: aiohttp's path."""
         request = self._request
         if request.method != "GET" or request.data is not None:
             return None

@@ -1,7 +1,7 @@
 """The framing matrix (issue 38): real servers, not written for this SDK, each started here.
 
 Every framing each server can produce, every read path, on both GET paths (the plain one,
-`_http/plain_get.py`, and aiohttp's own request path): each cell is one case of the one
+`_http/connections.py`, and aiohttp's own request path): each cell is one case of the one
 parametrized test below. Its result is the file's bytes, checked byte for byte against the
 source (and a download's sha256), or else a typed `sandboxkit` error; the answers the SDK
 read are checked to be the framing the cell names, so a server that changes its framing
@@ -84,7 +84,7 @@ import pytest
 import sandboxkit
 from sandboxkit._http import transport as _transport
 from sandboxkit._http.bodies import StreamingResponse
-from sandboxkit._http.plain_get import Route
+from sandboxkit._http.connections import Route
 
 from ..conftest import hostile_client
 from ..framing_support import NGINX, Served, http_server, module, nginx

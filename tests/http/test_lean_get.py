@@ -1,4 +1,4 @@
-"""The plain data-plane GET (`plain_get`): what it sends, what it refuses, where it falls back.
+"""The plain data-plane GET (`connections.Route`): what it sends, what it refuses, where it falls back.
 
 A plain GET to a sandbox host is written as bytes on a connection of the host's aiohttp
 connector and read with aiohttp's parser, skipping `ClientSession.request`. These tests run
@@ -32,7 +32,7 @@ import pytest
 import sandboxkit
 from sandboxkit._core.resume import ResumeState
 from sandboxkit._http import transport as _transport
-from sandboxkit._http.plain_get import Route, route
+from sandboxkit._http.connections import Route, route
 
 from ..conftest import hostile_client
 from ..reliability_support import RawServer, close_and_check, http_answer, started
