@@ -30,6 +30,7 @@ from .options import Timeout
 
 __all__ = [
     "MIN_TEXT_LENGTH",
+    "check_chunk_size",
     "check_codec",
     "check_count",
     "check_description",
@@ -491,3 +492,10 @@ def check_codec(encoding: Any, errors: Any, offset: int) -> str:
     except LookupError:
         raise ValidationError(f"errors={errors!r}: no such error handler") from None
     return name
+
+
+def check_chunk_size(chunk_size: Any) -> int:
+    """A positive number of bytes."""
+    if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1:
+        raise ValidationError(f"chunk_size={chunk_size!r}: must be a positive integer")
+    return chunk_size

@@ -5,6 +5,14 @@ Every resource goes through `Calls.run` (control plane through `Calls.send`), so
 rules of docs/design.md section 5 exist exactly once. The decisions come from the pure `retry`
 module; this module only waits and loops. `Calls.send` also picks each request's API key:
 the one given, or the api_key function's answer, asked per request (and after a 401).
+
+`DataPlane` is the one data-plane call path: the calls bound to one sandbox host. `open`
+sends one request (a `DataRequest`, built once by its engine with `protocol.data_request`)
+on the host's own pool (the only session carrying its token, which never follows a
+redirect); `run` (`Calls.run`) around it retries. A JSON-answering operation is
+`DataPlane.call_json`; download and upload (`_transfer`) are built over `open` and `run`.
+Adding an operation (command execution, say) is one function over these, a model, an
+emulator route and a test.
 """
 
 from __future__ import annotations
@@ -14,7 +22,8 @@ import inspect
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
 
 import anyio
@@ -31,9 +40,10 @@ from .._core.options import (
     Timeout,
     bearer_of,
 )
-from .._core.protocol import ApiRequest
+from .._core.protocol import ApiRequest, DataRequest, data_request, is_idempotent, request_target
 from .._core.proxy_rules import redacted
 from .._core.retry import RetryBudget, TryAgain, is_outage, is_retryable, retry_delay
+from .._core.validation import check_remote_path
 from ..errors import (
     APIConnectionError,
     APIError,
@@ -46,15 +56,19 @@ from ..errors import (
     TransportError,
     ValidationError,
 )
+from .bodies import StreamingResponse
+from .hosts import HostKey
 from .telemetry import Telemetry, Transfer, Watch, watching
 from .transport import Transport
 
-__all__ = ["Calls", "decode_reply"]
+__all__ = ["REPLY_LIMIT", "Calls", "DataPlane", "decode_reply"]
 
 T = TypeVar("T")
 logger = logging.getLogger("sandboxkit")
 hosts_logger = logging.getLogger("sandboxkit.hosts")  # see _circuits: host state, not retries
 _NEVER_ANSWERED = "has not answered this client yet"
+# A data-plane JSON answer is a few KiB; anything near this size is not one the interface shows.
+REPLY_LIMIT = 1 << 20
 
 
 def decode_reply(reply: Reply, value: Any, cls: type[T]) -> T:
@@ -444,3 +458,57 @@ def _describe(failure: SandboxKitError | TryAgain) -> str:
     if isinstance(failure, APIError):
         return f"{failure.status} {type(failure).__name__}"
     return type(failure).__name__
+
+
+@attrs.frozen
+class DataPlane:
+    """One sandbox host (its origin and token; the token never in a repr) and the client's
+    calls."""
+
+    calls: Calls
+    host: HostKey
+
+    def params(self, remote: str, username: str | None) -> list[tuple[str, str]]:
+        """The query of `/files`: `path` (checked here, before any network) and `username`.
+
+        The values go to aiohttp unquoted; yarl percent-encodes them exactly once.
+        """
+        pairs = [("path", check_remote_path(remote))]
+        if username is not None:
+            pairs.append(("username", username))
+        return pairs
+
+    def open(self, request: DataRequest) -> AbstractAsyncContextManager[StreamingResponse]:
+        """`request` on this host's pool (its 429 window moved by the answer); the body
+        stays unread. Use inside an attempt of `run`."""
+        return self.calls.transport.open(self.host, request)
+
+    def run(
+        self,
+        operation: str,
+        attempt: Callable[[Timeout], Awaitable[T | TryAgain]],
+        **how: Any,
+    ) -> Coroutine[Any, Any, T]:
+        """The client's one retry loop around `attempt`, to be awaited: `Calls.run` sending
+        to this host (waited for while its circuit is open). `how` (`idempotent`, `options`,
+        `progress`, `transfer`) passes through to it as it is."""
+        return self.calls.run(operation, attempt, host=self.host.origin, **how)
+
+    async def call_json(
+        self,
+        method: str,
+        path: str,
+        *,
+        operation: str,
+        params: Sequence[tuple[str, str]] = (),
+        options: CallOptions = NO_OPTIONS,
+    ) -> Reply:
+        """A request whose answer is JSON: retried as its method allows, deciphered whole."""
+
+        target = request_target(path, params)
+
+        async def attempt(timeout: Timeout) -> Reply:
+            async with self.open(data_request(method, target, operation, timeout)) as response:
+                return await response.reply(REPLY_LIMIT)
+
+        return await self.run(operation, attempt, idempotent=is_idempotent(method), options=options)

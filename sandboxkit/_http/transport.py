@@ -8,8 +8,8 @@ aiohttp exception is translated (`translate`); nothing above sees an aiohttp obj
 `HostRequest` is `open`'s context: it leases a slot of the host's pool (`hosts`), sends,
 moves the host's window and circuit by the answer, and hands back the unread answer; on
 leaving it pools or drops the connection and gives the slot back. A plain GET goes the lean
-way (`connections.Route`), anything else through aiohttp's `ClientSession.request`; both answers read
-the same (`StreamingResponse`).
+way (`connections.Route`), anything else through aiohttp's `ClientSession.request`; both
+answers read the same (`StreamingResponse`).
 """
 
 from __future__ import annotations

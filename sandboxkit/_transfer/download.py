@@ -52,7 +52,7 @@ import attrs
 
 from .._core import operations as ops
 from .._core.bounds import check_counted, stop_under_cap
-from .._core.options import CallOptions, ParallelDownloads, Timeout
+from .._core.options import CallOptions, ParallelDownloads, Progress, Timeout
 from .._core.protocol import (
     ACCEPT_RANGES,
     CONTENT_RANGE,
@@ -75,11 +75,11 @@ from .._core.slices import (
     split,
 )
 from .._http.bodies import StreamingResponse
+from .._http.calls import DataPlane
 from .._http.cancel import raise_held, wait_through_cancels
 from ..errors import APITimeoutError, ResponseDecodeError, SandboxKitError
 from ..models import DownloadResult
 from .inplace import InPlace, Ledger, Writer
-from .plane import DataPlane, Progress
 from .sinks import (
     ChannelSink,
     FileSink,

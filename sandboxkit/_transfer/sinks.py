@@ -78,6 +78,7 @@ __all__ = [
     "Piece",
     "Sink",
     "Switch",
+    "check_destination",
     "clear_leftovers",
     "find_partial",
     "open_part",
@@ -791,3 +792,17 @@ def find_partial(dest: str | os.PathLike[str]) -> PartialDownload | None:
     )
     held = sum(end - start for start, end in done or [])
     return PartialDownload(path, sidecar, held, seen["total"] if done else None)
+
+
+def check_destination(dest: Any) -> Path:
+    """`dest` as a Path whose parent directory exists and which is not itself a directory."""
+    if not isinstance(dest, str | os.PathLike):
+        raise ValidationError(f"dest={dest!r}: must be a str or os.PathLike path")
+    path = Path(os.fspath(dest))
+    if not path.name:
+        raise ValidationError(f"dest={str(path)!r}: must name a file")
+    if path.is_dir():
+        raise ValidationError(f"dest={str(path)!r}: is a directory; pass a file path")
+    if not path.parent.is_dir():
+        raise ValidationError(f"dest={str(path)!r}: its directory does not exist")
+    return path

@@ -24,10 +24,11 @@ import attrs
 from .._core import operations as ops
 from .._core.answers import Reply
 from .._core.convert import structure
-from .._core.options import CallOptions, Timeout
+from .._core.options import CallOptions, Progress, Timeout
 from .._core.protocol import FILES_PATH, data_request, is_idempotent, request_target
 from .._core.retry import is_retryable
 from .._http.bodies import multipart_file
+from .._http.calls import REPLY_LIMIT, DataPlane
 from .._http.cancel import raise_held, wait_through_cancels
 from ..errors import (
     APIError,
@@ -37,7 +38,6 @@ from ..errors import (
     ValidationError,
 )
 from ..models import FileEntry
-from .plane import REPLY_LIMIT, DataPlane, Progress
 
 __all__ = ["Source", "make_source", "send_file"]
 

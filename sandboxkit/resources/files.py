@@ -14,6 +14,7 @@ import attrs
 from .._core.options import CallOptions, ParallelDownloads, Progress, RetryPolicy, Timeout
 from .._core.validation import (
     MIN_TEXT_LENGTH,
+    check_chunk_size,
     check_codec,
     check_flag,
     check_length,
@@ -22,10 +23,11 @@ from .._core.validation import (
     check_parts,
     check_username,
 )
+from .._http.calls import DataPlane
 from .._transfer import download as _download
 from .._transfer import reads as _reads
 from .._transfer import upload as _upload
-from .._transfer.plane import DataPlane, check_chunk_size, check_destination
+from .._transfer.sinks import check_destination
 from ..errors import ValidationError
 from ..models import DownloadResult, FileRange, TextPage, UploadResult
 from ._common import AsyncStream

@@ -13,8 +13,8 @@ import attrs
 
 from .._core.options import ParallelDownloads
 from .._core.protocol import data_plane_origin
+from .._http.calls import DataPlane
 from .._http.hosts import HostKey
-from .._transfer.plane import DataPlane
 from ..errors import ValidationError
 from .files import Files
 

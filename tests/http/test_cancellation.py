@@ -344,7 +344,8 @@ async def test_aclose_as_an_answer_head_arrives(
     """When `aclose()` runs between an answer's head arriving and its body being read, the
     call ends in ClientStateError, not in aiohttp's bare RuntimeError or a hang."""
     sbx = await _box(clocked_emulator, one_slot_client)
-    # A data-plane GET goes the lean way (`connections.Route`), the console's through aiohttp's session.
+    # A data-plane GET goes the lean way (`connections.Route`), the console's through
+    # aiohttp's session.
     owner: Any = Route if plane == "data" else aiohttp.ClientSession
     name = "get" if plane == "data" else "_request"
     real = getattr(owner, name)

@@ -1,4 +1,5 @@
-"""The plain data-plane GET (`connections.Route`): what it sends, what it refuses, where it falls back.
+"""The plain data-plane GET (`connections.Route`): what it sends, what it refuses, where it
+falls back.
 
 A plain GET to a sandbox host is written as bytes on a connection of the host's aiohttp
 connector and read with aiohttp's parser, skipping `ClientSession.request`. These tests run
