@@ -56,10 +56,9 @@ from ..errors import (
     TransportError,
     ValidationError,
 )
-from .bodies import StreamingResponse
 from .hosts import HostKey
 from .telemetry import Telemetry, Transfer, Watch, watching
-from .transport import Transport
+from .transport import StreamingResponse, Transport
 
 __all__ = ["REPLY_LIMIT", "Calls", "DataPlane", "decode_reply"]
 

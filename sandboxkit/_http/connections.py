@@ -4,8 +4,9 @@ straight on a connection (`Route`).
 
 `LazyReadTimer`: one read timer moved lazily, bytes past an answer refused, and a drain left
 behind by a cancelled writer retrieved. Every session's connector makes its connections with
-it (`transport`); `bodies` quiets its timer for a body a `Watchdog` times instead (one timer
-per read timeout, for a body read piece by piece or below the parser, `ring`).
+it (`transport`); `StreamingResponse` quiets its timer for a body a `Watchdog` times
+instead (one timer per read timeout, for a body read piece by piece or below the parser,
+`ring`).
 
 `Route`, a data-plane GET below aiohttp's request machinery, on the connections its connector
 gives. `ClientSession.request` builds a URL, merges headers into multidicts, makes a

@@ -2,15 +2,16 @@
 timeout kept by one cheap watchdog (`connections.Watchdog`) instead of a timer re-armed per
 received piece.
 
-Once an answer's head is in, `bodies` may hand its connection's transport to a
-`RingReader` (an asyncio `BufferedProtocol`, which plain and TLS transports both feed):
-the socket (or the TLS layer) writes straight into 4 MiB buffers, and the consumer gets
-each as one memoryview. Per GiB that is ~256 pieces instead of ~4,000 parsed, copied and
-queued ones (aiohttp's), and one write and one hash call per 4 MiB in the file sink.
+Once an answer's head is in, `transport.StreamingResponse` may hand its connection's
+transport to a `RingReader` (an asyncio `BufferedProtocol`, which plain and TLS transports
+both feed): the socket (or the TLS layer) writes straight into 4 MiB buffers, and the
+consumer gets each as one memoryview. Per GiB that is ~256 pieces instead of ~4,000
+parsed, copied and queued ones (aiohttp's), and one write and one hash call per 4 MiB in the
+file sink.
 
 The reader never returns a connection to a pool: its parser on the HTTP side was bypassed,
-so the connection is closed afterwards (`bodies` only uses it for large bodies, where one
-new connection is nothing). asyncio only; aiohttp stays in `bodies` and `connections`.
+so the connection is closed afterwards (`StreamingResponse` only uses it for large bodies,
+where one new connection is nothing). asyncio only; aiohttp stays in `transport` and `connections`.
 """
 
 from __future__ import annotations

@@ -74,9 +74,9 @@ from .._core.slices import (
     missing,
     split,
 )
-from .._http.bodies import StreamingResponse
 from .._http.calls import DataPlane
 from .._http.cancel import raise_held, wait_through_cancels
+from .._http.transport import StreamingResponse
 from ..errors import APITimeoutError, ResponseDecodeError, SandboxKitError
 from ..models import DownloadResult
 from .inplace import InPlace, Ledger, Writer

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from .._core.bounds import PageState, decode_page, too_large
 from .._core.resume import ResumeState
-from .._http.bodies import StreamingResponse
+from .._http.transport import StreamingResponse
 from ..errors import ResponseDecodeError
 from ..models import FileRange, TextPage
 from .download import OPERATION, Request, fetch

@@ -27,9 +27,9 @@ from .._core.convert import structure
 from .._core.options import CallOptions, Progress, Timeout
 from .._core.protocol import FILES_PATH, data_request, is_idempotent, request_target
 from .._core.retry import is_retryable
-from .._http.bodies import multipart_file
 from .._http.calls import REPLY_LIMIT, DataPlane
 from .._http.cancel import raise_held, wait_through_cancels
+from .._http.transport import multipart_file
 from ..errors import (
     APIError,
     ResponseDecodeError,

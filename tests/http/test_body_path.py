@@ -16,8 +16,8 @@ import pytest
 from aiohttp import web
 
 import sandboxkit
-from sandboxkit._http import bodies as _bodies
 from sandboxkit._http import ring as _ring
+from sandboxkit._http import transport as _bodies
 from sandboxkit._transfer import sinks as _sinks
 from sandboxkit._transfer.sinks import WRITE_BATCH, FileSink
 from sandboxkit.emulator import Emulator, EmulatorResolver, Fault

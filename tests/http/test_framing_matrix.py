@@ -83,8 +83,8 @@ import pytest
 
 import sandboxkit
 from sandboxkit._http import transport as _transport
-from sandboxkit._http.bodies import StreamingResponse
 from sandboxkit._http.connections import Route
+from sandboxkit._http.transport import StreamingResponse
 
 from ..conftest import hostile_client
 from ..framing_support import NGINX, Served, http_server, module, nginx

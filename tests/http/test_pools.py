@@ -12,8 +12,8 @@ import pytest
 
 import sandboxkit
 from sandboxkit._core.options import Limits
-from sandboxkit._http.bodies import StreamingResponse
 from sandboxkit._http.hosts import HostKey, HostPools
+from sandboxkit._http.transport import StreamingResponse
 
 from ..conftest import API_KEY, ScriptServer, answer, hostile_client, raw
 from ..reliability_support import busy_connections

@@ -534,8 +534,8 @@ async def test_a_large_body_read_below_the_parser_through_the_proxy(
     """A body read by `_ring` (the threshold lowered to every body) arrives whole through a
     plain proxy and through a CONNECT tunnel carrying TLS, and its connection is not reused:
     the next download through the tunnel opens a new one."""
-    from sandboxkit._http import bodies as _bodies
     from sandboxkit._http import ring as _ring
+    from sandboxkit._http import transport as _bodies
 
     made: list[int] = []
 

@@ -18,7 +18,7 @@ import pytest
 from aiohttp.client_proto import ResponseHandler
 
 import sandboxkit
-from sandboxkit._http.bodies import StreamingResponse
+from sandboxkit._http.transport import StreamingResponse
 from sandboxkit.emulator._resolver import EmulatorResolver
 
 BODY = b"x" * 1000

@@ -27,7 +27,7 @@ import attrs
 import pytest
 
 import sandboxkit
-from sandboxkit._http.bodies import RING_MIN_BODY
+from sandboxkit._http.transport import RING_MIN_BODY
 
 from ..conftest import hostile_client
 from ..files_support import payload
