@@ -14,7 +14,7 @@ import ssl
 import sys
 import threading
 import traceback
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, NoReturn, TypeVar
 
 import attrs
@@ -276,22 +276,27 @@ _NO_ARGS_IS_HELP: tuple[type[click.UsageError], ...] = tuple(
 
 # Options a user types anywhere on the line: click knows an option only at its own level,
 # so `sandboxkit files download ... --api-key K` and `sandboxkit --access-token T files
-# download ...` were usage errors. Each with whether it takes a value (`--token`: the old
-# spelling of `--access-token`, still taken).
-_GROUP_OPTIONS = {"--api-key": True, "--base-url": True, "--ca-file": True, "--debug": False}
-_SANDBOX_OPTIONS = {
-    "--sandbox-key": True,
-    "--domain": True,
-    "--access-token": True,
-    "--token": True,
-    "--data-plane-scheme": True,
-}
+# download ...` were usage errors. Which options exist, and which take a value, is read from
+# the commands themselves (`option_arity`), so no list here can fall behind them.
 
 
-def place_options(args: Sequence[str], leaf: frozenset[str] = frozenset()) -> list[str]:
-    """`args` with the group's options moved before the command, and the sandbox's after it
-    where the command (whose own option names are `leaf`) takes them; an option the command
-    takes itself stays its own. Order is kept within each; nothing after `--` is touched."""
+def option_arity(command: click.Command) -> dict[str, bool]:
+    """Every spelling of `command`'s options (hidden old ones too), each with whether it
+    takes a value (a flag or a counter does not)."""
+    arity: dict[str, bool] = {}
+    for param in command.params:
+        if isinstance(param, click.Option):
+            takes = not (param.is_flag or param.count)
+            arity.update(dict.fromkeys([*param.opts, *param.secondary_opts], takes))
+    return arity
+
+
+def place_options(
+    args: Sequence[str], leaf: Mapping[str, bool], group: Mapping[str, bool]
+) -> list[str]:
+    """`args` with the group's options moved before the command, and the command's own
+    (`leaf`, the command `args` name) after it; an option both take stays the command's.
+    Order is kept within each; nothing after `--` is touched."""
     cut = args.index("--") if "--" in args else len(args)
     head: list[str] = []
     middle: list[str] = []
@@ -300,10 +305,10 @@ def place_options(args: Sequence[str], leaf: frozenset[str] = frozenset()) -> li
     while at < cut:
         arg = args[at]
         name = arg.split("=", 1)[0]
-        if name in leaf and name in _SANDBOX_OPTIONS:
-            into, takes_value = tail, _SANDBOX_OPTIONS[name]
-        elif name in _GROUP_OPTIONS and name not in leaf:
-            into, takes_value = head, _GROUP_OPTIONS[name]
+        if name in leaf:
+            into, takes_value = tail, leaf[name]
+        elif name in group:
+            into, takes_value = head, group[name]
         else:
             middle.append(arg)
             at += 1
@@ -314,17 +319,15 @@ def place_options(args: Sequence[str], leaf: frozenset[str] = frozenset()) -> li
     return [*head, *middle, *tail, *args[cut:]]
 
 
-def _leaf_options(group: click.Group, args: Sequence[str]) -> frozenset[str]:
-    """The option names of the command `args` name (the group's own when none)."""
+def _leaf_options(group: click.Group, args: Sequence[str]) -> dict[str, bool]:
+    """The options of the command `args` name (none when they name only the group)."""
     command: click.Command = group
     for arg in args:
         if arg == "--":
             break
         if isinstance(command, click.Group) and arg in command.commands:
             command = command.commands[arg]
-    if command is group:
-        return frozenset()
-    return frozenset(name for param in command.params for name in param.opts)
+    return {} if command is group else option_arity(command)
 
 
 class _Group(click.Group):
@@ -341,7 +344,7 @@ class _Group(click.Group):
     ) -> Any:
         """Parse and run like click, but print usage errors as one line."""
         given = sys.argv[1:] if args is None else list(args)
-        args = place_options(given, _leaf_options(self, given))
+        args = place_options(given, _leaf_options(self, given), option_arity(self))
         try:
             result = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except _NO_ARGS_IS_HELP as exc:  # a bare group: its help is the answer, not an error

@@ -544,3 +544,13 @@ def test_options_are_taken_wherever_a_user_types_them(
     )
     assert down.exit_code == 0, down.output
     assert (tmp_path / "out.txt").read_bytes() == b"typed anywhere\n"
+    # Any option of the command, typed before it (its old hidden spelling and a flag's
+    # negative form too), goes to the command: the options are read from the command itself.
+    token = sandbox["SANDBOXKIT_SANDBOX_TOKEN"]
+    old_names = ["--token", token, "--no-checksum", "--no-keep-partial", *flags[:3], *flags[5:]]
+    again = runner.invoke(
+        cli, [*old_names, "files", "download", "/home/user/in.txt", str(tmp_path / "again.txt")]
+    )
+    assert again.exit_code == 0, again.output
+    assert (tmp_path / "again.txt").read_bytes() == b"typed anywhere\n"
+    assert "sha256=-" in again.output  # --no-checksum reached the command: no hash
