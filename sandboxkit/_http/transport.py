@@ -68,7 +68,7 @@ from .connections import Head, LazyReadTimer, Route, Watchdog, quiet_read_timer,
 from .forks import restart_in_child
 from .hosts import Circuits, HostKey, HostPool, HostPools
 from .links import LinkInfo, link_info
-from .resolver import LocalhostResolver
+from .resolver import LoopbackResolver
 from .ring import RingReader
 from .telemetry import Exchange, watching
 from .translate import mapped, translate
@@ -482,7 +482,7 @@ class Transport:
         """What is bound to one loop: made again in a child after `os.fork()` (`forks`)."""
         # Without a resolver of the caller's, `*.localhost` is loopback (a standalone
         # emulator's sandbox hosts) and every other name resolves as aiohttp's default does.
-        self._own_resolver = LocalhostResolver() if self._callers_resolver is None else None
+        self._own_resolver = LoopbackResolver() if self._callers_resolver is None else None
         self._resolver = self._callers_resolver or self._own_resolver
         self._loop: asyncio.AbstractEventLoop | None = None
         self._forgotten: AsyncGeneratorType[None, None] | None = None

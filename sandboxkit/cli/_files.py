@@ -5,14 +5,11 @@ from __future__ import annotations
 import hashlib
 import os
 import shlex
-import socket
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import anyio
 import click
-from aiohttp.abc import AbstractResolver, ResolveResult
 from click.core import ParameterSource
 from rich.console import Console
 
@@ -24,7 +21,6 @@ from ._app import Settings, renamed_option
 from ._progress import TransferBar, format_size, format_throughput, transfer_progress
 
 __all__ = [
-    "EmulatorAwareResolver",
     "download_left",
     "download_line",
     "download_stopped",
@@ -43,28 +39,14 @@ _SECRETS = frozenset({"access_token"})
 _GROUP_OPTIONS = ("ca_file", "debug")
 
 
-class EmulatorAwareResolver(AbstractResolver):
-    """Resolve the emulator's `*.sandbox.test` names to loopback and the rest as usual.
+def data_plane_resolver() -> EmulatorResolver:
+    """The emulator's names (`*.sandbox.test`, `*.localhost`) to loopback, the rest as usual.
 
-    `.test` never resolves on real DNS (RFC 6761), so an emulator sandbox is unreachable
-    by name unless someone maps it; this is that mapping, and nothing else changes.
+    `.test` never resolves on real DNS (RFC 6761), so an embedded emulator's sandbox is
+    unreachable by name unless someone maps it; this is that mapping, and nothing else
+    changes.
     """
-
-    def __init__(self) -> None:
-        self._emulator = EmulatorResolver()
-        self._default = aiohttp.DefaultResolver()
-
-    async def resolve(
-        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
-    ) -> list[ResolveResult]:
-        """Loopback for the emulator's names; the default resolver for every other."""
-        if self._emulator.handles(host):
-            return await self._emulator.resolve(host, port, family)
-        return await self._default.resolve(host, port, family)
-
-    async def close(self) -> None:
-        """Release the default resolver."""
-        await self._default.close()
+    return EmulatorResolver(others_refused=False)
 
 
 def _sandbox_options(command: click.decorators.FC) -> click.decorators.FC:
@@ -117,7 +99,7 @@ def _open_sandbox(
 ) -> tuple[sandboxkit.Client, sandboxkit.Sandbox]:
     """A data-plane-only client (with `options`) and its handle on the sandbox."""
     client = settings.client(
-        control_plane=False, data_plane_scheme=scheme, resolver=EmulatorAwareResolver(), **options
+        control_plane=False, data_plane_scheme=scheme, resolver=data_plane_resolver(), **options
     )
     return client, client.sandbox(sandbox_key=sandbox_key, domain=domain, access_token=access_token)
 

@@ -1,10 +1,8 @@
-"""A resolver that sends the emulator's names to 127.0.0.1 and nothing anywhere else."""
+"""A resolver that sends the emulator's names to loopback and nothing anywhere else."""
 
 from __future__ import annotations
 
-import socket
-
-from aiohttp.abc import AbstractResolver, ResolveResult
+from .._http.resolver import LOCALHOST, LoopbackResolver
 
 __all__ = ["DATA_PLANE_SUFFIX", "STANDALONE_DOMAIN", "EmulatorResolver"]
 
@@ -13,50 +11,21 @@ __all__ = ["DATA_PLANE_SUFFIX", "STANDALONE_DOMAIN", "EmulatorResolver"]
 DATA_PLANE_SUFFIX = "sandbox.test"
 # The standalone emulator's: `localhost` and every name under it are loopback (RFC 6761),
 # answered so by curl, browsers and sandboxkit's default resolver.
-STANDALONE_DOMAIN = "localhost"
-_LOOPBACK = "127.0.0.1"
+STANDALONE_DOMAIN = LOCALHOST
 
 
-class EmulatorResolver(AbstractResolver):
+class EmulatorResolver(LoopbackResolver):
     """Resolve ``sandbox.test``, any ``*.sandbox.test``, ``localhost`` and any
-    ``*.localhost`` to 127.0.0.1.
+    ``*.localhost`` to loopback (127.0.0.1; ``::1`` for a connector that asks IPv6 only).
 
     Args:
         suffix: the data-plane domain answered besides ``localhost`` (an emulator's
             ``domain=``).
-
-    Every other name raises :class:`OSError`: code under test never reaches a real host
-    through this resolver, even by mistake.
+        others_refused: every other name raises :class:`OSError` (the default: code under
+            test never reaches a real host through this resolver, even by mistake); False
+            resolves them as aiohttp's default resolver does (what the CLI uses, to reach an
+            emulator and real hosts alike).
     """
 
-    def __init__(self, suffix: str = DATA_PLANE_SUFFIX) -> None:
-        self._suffixes = {suffix.lower().strip("."), STANDALONE_DOMAIN}
-
-    def handles(self, host: str) -> bool:
-        """Whether ``host`` is one of the names this resolver answers."""
-        name = host.lower().rstrip(".")
-        return any(name == s or name.endswith("." + s) for s in self._suffixes)
-
-    async def resolve(
-        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
-    ) -> list[ResolveResult]:
-        """Map an emulator name to 127.0.0.1.
-
-        Raises:
-            OSError: ``host`` is not an emulator name.
-        """
-        if not self.handles(host):
-            raise OSError(f"the emulator resolver does not resolve {host!r}")
-        return [
-            ResolveResult(
-                hostname=host,
-                host=_LOOPBACK,
-                port=port,
-                family=socket.AF_INET,
-                proto=0,
-                flags=socket.AI_NUMERICHOST,
-            )
-        ]
-
-    async def close(self) -> None:
-        """Nothing to release."""
+    def __init__(self, suffix: str = DATA_PLANE_SUFFIX, *, others_refused: bool = True) -> None:
+        super().__init__((suffix, STANDALONE_DOMAIN), others_refused=others_refused)

@@ -14,7 +14,8 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 
 import sandboxkit
 from sandboxkit import ClientConfig
-from sandboxkit._http.resolver import LocalhostResolver
+from sandboxkit._http.resolver import LoopbackResolver
+from sandboxkit.cli._files import data_plane_resolver
 from sandboxkit.emulator import Emulator
 
 from ..reliability_support import refused_port
@@ -66,7 +67,7 @@ async def test_localhost_names_are_loopback_without_a_lookup(
 ) -> None:
     """`localhost` and every name under it are 127.0.0.1 (::1 for IPv6 only), as in curl;
     nobody else is asked."""
-    resolver = LocalhostResolver()
+    resolver = LoopbackResolver()
     for family in (socket.AF_INET, socket.AF_UNSPEC):
         (result,) = await resolver.resolve(host, 8080, family)
         assert (result["host"], result["port"], result["family"]) == (
@@ -89,7 +90,7 @@ async def test_other_names_go_to_the_default_resolver_unchanged(
 ) -> None:
     """Any other name is asked of aiohttp's default resolver, with the same port and family,
     and its answer is returned as it is; closing closes that resolver."""
-    resolver = LocalhostResolver()
+    resolver = LoopbackResolver()
     answer = await resolver.resolve(host, 80, socket.AF_UNSPEC)
     [default] = default_resolvers
     assert default.asked == [(host, 80, socket.AF_UNSPEC)]
@@ -98,10 +99,28 @@ async def test_other_names_go_to_the_default_resolver_unchanged(
     assert default.closed
 
 
+async def test_the_clis_resolver_adds_the_embedded_emulators_domain(
+    default_resolvers: list[RecordingResolver],
+) -> None:
+    """The CLI's data-plane resolver is the same class with one more domain: the embedded
+    emulator's `*.sandbox.test` and `*.localhost` are loopback, any other name goes to the
+    default resolver as it is (unlike `EmulatorResolver`, which refuses it)."""
+    resolver = data_plane_resolver()
+    for host in ["sbx-1.sandbox.test", "SANDBOX.TEST.", "x.localhost"]:
+        (result,) = await resolver.resolve(host, 80)
+        assert (result["host"], result["port"]) == ("127.0.0.1", 80)
+    assert default_resolvers == []
+    assert [r["host"] for r in await resolver.resolve("sandbox.test.example", 80)] == ["192.0.2.7"]
+    [default] = default_resolvers
+    assert default.asked == [("sandbox.test.example", 80, socket.AF_INET)]
+    await resolver.close()
+    assert default.closed
+
+
 async def test_example_invalid_is_left_to_the_system() -> None:
     """With the real default resolver, a name the system does not know still fails as the
     system says (no loopback answer is invented for it)."""
-    resolver = LocalhostResolver()
+    resolver = LoopbackResolver()
     try:
         with pytest.raises(OSError):
             await resolver.resolve("example.invalid", 80)
