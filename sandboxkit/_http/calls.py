@@ -486,12 +486,23 @@ class DataPlane:
         self,
         operation: str,
         attempt: Callable[[Timeout], Awaitable[T | TryAgain]],
-        **how: Any,
+        *,
+        idempotent: bool,
+        options: CallOptions = NO_OPTIONS,
+        progress: Callable[[], int] | None = None,
+        transfer: Transfer | None = None,
     ) -> Coroutine[Any, Any, T]:
         """The client's one retry loop around `attempt`, to be awaited: `Calls.run` sending
-        to this host (waited for while its circuit is open). `how` (`idempotent`, `options`,
-        `progress`, `transfer`) passes through to it as it is."""
-        return self.calls.run(operation, attempt, host=self.host.origin, **how)
+        to this host (waited for while its circuit is open), each argument as it says."""
+        return self.calls.run(
+            operation,
+            attempt,
+            idempotent=idempotent,
+            options=options,
+            progress=progress,
+            host=self.host.origin,
+            transfer=transfer,
+        )
 
     async def call_json(
         self,
