@@ -34,7 +34,7 @@ from ._http.cancel import raise_held, wait_through_cancels
 from ._http.telemetry import Telemetry
 from ._http.transport import Transport
 from .errors import ValidationError
-from .resources.sandbox import Sandbox, address_from_response, check_address
+from .resources.sandbox import Sandbox, SandboxRef, address_from_response, check_address
 from .resources.templates import Templates
 from .resources.v1 import V1
 
@@ -288,19 +288,37 @@ class Client:
         reply = await self._calls.send(request, CallOptions(timeout, retry))
         return unwrap_v2(reply.payload)
 
-    def sandbox(self, *, sandbox_key: str, domain: str, access_token: str) -> Sandbox:
+    def sandbox(
+        self,
+        ref: SandboxRef | None = None,
+        *,
+        sandbox_key: str | None = None,
+        domain: str | None = None,
+        access_token: str | None = None,
+    ) -> Sandbox:
         """A handle on one sandbox's data plane; sends nothing.
 
+        Name the sandbox by a `SandboxRef` (what a batch job, an MCP config or
+        `SandboxRef.from_response` holds) or by its three values:
+
         Args:
+            ref: the sandbox's address, as one value.
             sandbox_key: the sandbox's key from its create/connect answer.
             domain: the answer's `domain`, used verbatim (it may carry a port).
             access_token: the answer's `sandbox_access_token`.
 
         Raises:
-            ValidationError: an empty or multi-line value, or a key or domain that is not a
-                plain host name part.
+            ValidationError: both a `ref` and values, or neither; an empty or multi-line
+                value, or a key or domain that is not a plain host name part.
         """
-        address = check_address(sandbox_key, domain, access_token)
+        values = (sandbox_key, domain, access_token)
+        if ref is not None:
+            if not isinstance(ref, SandboxRef):
+                raise ValidationError(f"ref={type(ref).__name__}: must be a SandboxRef")
+            if values != (None, None, None):
+                raise ValidationError("give a SandboxRef or sandbox_key, domain, access_token")
+            values = (ref.sandbox_key, ref.domain, ref.access_token)
+        address = check_address(*values)
         return Sandbox(
             self._calls, address, scheme=self.data_plane_scheme, parallel=self.parallel_downloads
         )

@@ -57,6 +57,28 @@ def test_one_address_type_and_the_old_progress_name() -> None:
         _ = batch.NoSuchName
 
 
+async def test_client_sandbox_takes_the_ref_itself(
+    emulator: Emulator, emulator_client: sandboxkit.Client
+) -> None:
+    """`client.sandbox(ref)` reaches the sandbox a SandboxRef names, as the three keywords
+    do; a ref beside keywords, a non-ref, or nothing is a ValidationError before any request."""
+    body = await emulator.create_sandbox()
+    ref = sandboxkit.SandboxRef.from_response(body)
+    (emulator.sandbox_root(ref.sandbox_key) / "home/user/r.txt").write_bytes(b"by ref")
+    by_ref = emulator_client.sandbox(ref)
+    assert (by_ref.sandbox_key, by_ref.domain) == (ref.sandbox_key, ref.domain)
+    assert await by_ref.files.read_bytes("/home/user/r.txt") == b"by ref"
+    sent = len(emulator.journal)
+    for wrong, message in [
+        ({"ref": ref, "sandbox_key": ref.sandbox_key}, "a SandboxRef or"),
+        ({"ref": ("k", "d", "t")}, "must be a SandboxRef"),
+        ({}, "sandbox_key must be"),
+    ]:
+        with pytest.raises(sandboxkit.ValidationError, match=message):
+            emulator_client.sandbox(**wrong)
+    assert len(emulator.journal) == sent
+
+
 @pytest.mark.parametrize(
     ("body", "message"),
     [
