@@ -73,11 +73,12 @@ class Watched:
 
 
 def answer(result: types.CallToolResult) -> Any:
-    """The result's JSON text, checked to be its structuredContent too."""
+    """The result's JSON text, checked to be its structuredContent too (an error has none:
+    it is no result of the tool's outputSchema)."""
     [block] = result.content
     assert isinstance(block, types.TextContent)
     value = json.loads(block.text)
-    assert result.structured_content == value
+    assert result.structured_content == (None if result.is_error else value)
     return value
 
 

@@ -134,7 +134,7 @@ async def test_the_stdio_server_serves_the_tools_and_never_shows_a_credential(
     assert not read.is_error and read.structured_content["content"] == "hello from the sandbox\n"
     assert not written.is_error and (mcp_served.home / "new.txt").read_text() == "from the model"
     assert not copied.is_error and (mcp_served.workspace / "big.bin").read_bytes() == DATA
-    assert missing.is_error and missing.structured_content["code"] == "not_found"
+    assert missing.is_error and answer(missing)["code"] == "not_found"
     assert progress and progress == sorted(progress)
     log = stderr.read_text()
     assert "sandboxkit mcp: serving" in log and "for sandboxes dev" in log
@@ -173,9 +173,9 @@ async def test_stdout_carries_only_protocol_and_eof_ends_the_server(mcp_served: 
     lines = [first, second, *(json.loads(line) for line in out.decode().splitlines())]
     assert all(line["jsonrpc"] == "2.0" for line in lines)
     assert first["id"] == 1 and first["result"]["serverInfo"]["name"] == "sandboxkit"
-    [answer] = [line for line in lines if line.get("id") == 2]
-    result = types.CallToolResult.model_validate(answer["result"])
-    assert result.is_error and result.structured_content["code"] == "invalid_path"
+    [reply] = [line for line in lines if line.get("id") == 2]
+    result = types.CallToolResult.model_validate(reply["result"])
+    assert result.is_error and answer(result)["code"] == "invalid_path"
     assert process.returncode == 0, err.decode()
     assert b"sandboxkit mcp: serving" in err
 
