@@ -186,7 +186,7 @@ class Copies:
             await asyncio.wait([task], timeout=self.options.answer_within)
         except asyncio.CancelledError:
             # The caller gave up before any answer: nobody holds a handle to this copy.
-            del self._copies[copy.id]
+            self._copies.pop(copy.id, None)
             await _cancelled(task)
             raise
         finally:
@@ -202,7 +202,7 @@ class Copies:
                 "hint": "The copy goes on. Call copy_status with this copy_id to follow it "
                 "(its result comes there), or cancel_copy to stop it.",
             }
-        del self._copies[copy.id]  # answered whole: no handle was given
+        self._copies.pop(copy.id, None)  # answered whole: no handle was given
         return task.result()  # its ToolError, if it failed, is this call's
 
     def _ended(self, copy: _Copy) -> None:
