@@ -321,8 +321,14 @@ def test_the_mcp_config_example_loads_and_the_client_entry_starts_it(tmp_path: P
     [example] = [b for b in re.findall(r"```toml\n(.*?)```", README, flags=re.DOTALL) if "mcp" in b]
     (tmp_path / "mcp.toml").write_text(example)
     (tmp_path / "agent-files").mkdir()
-    env = {"SANDBOXKIT_API_KEY": "sk-readme", "MAIN_SANDBOX_TOKEN": "sat-readme"}
+    bearer = "bearer-readme-" + "0" * 32
+    env = {
+        "SANDBOXKIT_API_KEY": "sk-readme",
+        "MAIN_SANDBOX_TOKEN": "sat-readme",
+        "SANDBOXKIT_MCP_TOKEN": bearer,
+    }
     config = load_config(tmp_path / "mcp.toml", env)
+    assert config.http_token == bearer and bearer not in repr(config)
     assert [entry.name for entry in config.sandboxes] == ["main"]
     assert config.templates is False and config.limits.max_copy == 100 << 20
     assert config.workspace == tmp_path / "agent-files"

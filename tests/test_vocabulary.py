@@ -30,7 +30,7 @@ from sandboxkit import rules, sync
 from sandboxkit._core import operations as ops
 from sandboxkit._core import validation
 from sandboxkit._core.vocabulary import CLI_ONLY, OPERATIONS, TOOL_ONLY, Operation
-from sandboxkit.agents import Toolkit, _toolkit
+from sandboxkit.agents import CopyHandles, Toolkit, _toolkit
 from sandboxkit.agents._copy_tools import DOWNLOAD_FILE
 from sandboxkit.cli import cli
 from sandboxkit.resources.files import Files
@@ -179,7 +179,10 @@ async def every_tool(tmp_path: Path) -> AsyncIterator[Toolkit]:
     """Every tool (a sandbox, a workspace, templates); nothing is sent to build them."""
     async with sandboxkit.Client(api_key="k", base_url="http://console.invalid") as client:
         sandbox = client.sandbox(sandbox_key="k1", domain="sandbox.invalid", access_token="t")
-        yield Toolkit(client, {"dev": sandbox}, workspace=tmp_path)
+        async with Toolkit(
+            client, {"dev": sandbox}, workspace=tmp_path, copy_handles=CopyHandles()
+        ) as kit:
+            yield kit
 
 
 # -- the table against the surfaces ----------------------------------------------------------

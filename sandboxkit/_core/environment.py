@@ -14,6 +14,7 @@ __all__ = [
     "CA_FILE",
     "DATA_PLANE_SCHEME",
     "MCP_CONFIG",
+    "MCP_TOKEN",
     "PREFIX",
     "SANDBOX_DOMAIN",
     "SANDBOX_KEY",
@@ -33,8 +34,9 @@ CA_FILE = PREFIX + "CA_FILE"
 SANDBOX_KEY = PREFIX + "SANDBOX_KEY"
 SANDBOX_DOMAIN = PREFIX + "SANDBOX_DOMAIN"
 SANDBOX_TOKEN = PREFIX + "SANDBOX_TOKEN"
-# `sandboxkit mcp`'s configuration file.
+# `sandboxkit mcp`'s configuration file, and the bearer token its HTTP endpoint requires.
 MCP_CONFIG = PREFIX + "MCP_CONFIG"
+MCP_TOKEN = PREFIX + "MCP_TOKEN"
 
 
 def export_line(values: dict[str, str]) -> str:

@@ -156,4 +156,6 @@ CLI_ONLY: Mapping[str, str] = {
 # Tools with no SDK operation behind them, and why.
 TOOL_ONLY: Mapping[str, str] = {
     "list_sandboxes": "what the toolkit was given: the sandboxes' names, never their keys",
+    "copy_status": "a copy the toolkit runs by handle (`CopyHandles`): the toolkit's own state",
+    "cancel_copy": "cancels the toolkit's task of a copy run by handle: no request of its own",
 }

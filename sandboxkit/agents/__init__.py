@@ -24,8 +24,9 @@ Example::
 `import sandboxkit` never imports this package; it loads only as `sandboxkit.agents`.
 """
 
+from ._copies import CopyHandles
 from ._errors import ErrorCode, ToolError
 from ._tool import Tool, ToolLimits
 from ._toolkit import Toolkit
 
-__all__ = ["ErrorCode", "Tool", "ToolError", "ToolLimits", "Toolkit"]
+__all__ = ["CopyHandles", "ErrorCode", "Tool", "ToolError", "ToolLimits", "Toolkit"]

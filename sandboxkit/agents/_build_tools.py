@@ -14,10 +14,11 @@ from ..models import Build, LogLevel
 from ..rules import MAX_LOG_LIMIT
 from ._errors import ErrorCode, ToolError, about
 from ._file_tools import MAX_OFFSET
-from ._schema import integer, number, obj, string
+from ._schema import field, integer, number, obj, result, string
 from ._tool import Definition, Progress, Setup
 
 __all__ = [
+    "BUILD_RESULT",
     "GET_BUILD",
     "LIST_BUILDS",
     "READ_BUILD_LOGS",
@@ -57,6 +58,33 @@ def build_json(build: Build, cap: int = 8192) -> dict[str, Any]:
     }
 
 
+# The schema of `build_json`'s dict: every build tool's result holds it.
+BUILD_RESULT = result(
+    {
+        "id": field("string"),
+        "template_id": field("string", nullable=True),
+        "status": field("string", nullable=True),
+        "finished": field("boolean"),
+        "trigger": field("string", nullable=True),
+        "artifact_state": field("string", nullable=True),
+        "created_at": field("string", nullable=True),
+        "started_at": field("string", nullable=True),
+        "finished_at": field("string", nullable=True),
+        "failure": {
+            "anyOf": [
+                result(
+                    {
+                        "code": field("string", nullable=True),
+                        "message": field("string", nullable=True),
+                    }
+                ),
+                {"type": "null"},
+            ]
+        },
+    }
+)
+
+
 def _template_id() -> dict[str, Any]:
     return string("The template's id (create_template returns it).", **_ID)
 
@@ -87,6 +115,20 @@ def _list_schema(setup: Setup) -> dict[str, Any]:
     )
 
 
+def _list_output(_: Setup) -> dict[str, Any]:
+    return result(
+        {
+            "template_id": field("string"),
+            "builds": {"type": "array", "items": BUILD_RESULT},
+            "total": field("integer", minimum=0),
+            "page": field("integer", minimum=1),
+            "has_more": field("boolean"),
+            "hint": field("string"),
+        },
+        optional=("hint",),
+    )
+
+
 async def _list_builds(setup: Setup, args: dict[str, Any], _: Progress | None) -> dict[str, Any]:
     template_id, page, size = args["template_id"], args["page"], args["page_size"]
     with about(f"Template {template_id!r}"):
@@ -112,6 +154,7 @@ LIST_BUILDS = Definition(
         "{max_build_page} per page): status, times and failure of each."
     ),
     schema=_list_schema,
+    output=_list_output,
     run=_list_builds,
     read_only=True,
     destructive=False,
@@ -125,6 +168,10 @@ def _get_schema(_: Setup) -> dict[str, Any]:
         {"template_id": _template_id(), "build_id": _build_id()},
         required=("template_id", "build_id"),
     )
+
+
+def _get_output(_: Setup) -> dict[str, Any]:
+    return result({"build": BUILD_RESULT})
 
 
 async def _get_build(setup: Setup, args: dict[str, Any], _: Progress | None) -> dict[str, Any]:
@@ -141,6 +188,7 @@ GET_BUILD = Definition(
     title="Get a build",
     description="Read one build of a template now: its status, times and failure, if any.",
     schema=_get_schema,
+    output=_get_output,
     run=_get_build,
     read_only=True,
     destructive=False,
@@ -176,6 +224,27 @@ def _logs_schema(setup: Setup) -> dict[str, Any]:
             ),
         },
         required=("template_id", "build_id"),
+    )
+
+
+def _logs_output(_: Setup) -> dict[str, Any]:
+    entry = result(
+        {
+            "offset": field("integer", minimum=0),
+            "level": field("string"),
+            "message": field("string"),
+            "timestamp": field("string", nullable=True),
+        }
+    )
+    return result(
+        {
+            "template_id": field("string"),
+            "build_id": field("string"),
+            "entries": {"type": "array", "items": entry},
+            "next_offset": field("integer", minimum=0),
+            "has_more": field("boolean"),
+            "hint": field("string"),
+        }
     )
 
 
@@ -239,6 +308,7 @@ READ_BUILD_LOGS = Definition(
         "offset=next_offset to read on, or later to see what a running build logs next."
     ),
     schema=_logs_schema,
+    output=_logs_output,
     run=_read_build_logs,
     read_only=True,
     destructive=False,
@@ -264,6 +334,17 @@ def _wait_schema(setup: Setup) -> dict[str, Any]:
             ),
         },
         required=("template_id", "build_id"),
+    )
+
+
+def _wait_output(_: Setup) -> dict[str, Any]:
+    return result(
+        {
+            "finished": field("boolean"),
+            "build": {"anyOf": [BUILD_RESULT, {"type": "null"}]},
+            "hint": field("string"),
+        },
+        optional=("hint",),
     )
 
 
@@ -295,6 +376,7 @@ WAIT_FOR_BUILD = Definition(
         "runs: wait again or read its logs."
     ),
     schema=_wait_schema,
+    output=_wait_output,
     run=_wait_for_build,
     read_only=True,
     destructive=False,

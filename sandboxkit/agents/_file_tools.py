@@ -18,7 +18,7 @@ import sandboxkit
 
 from ..models import FileRange, TextPage
 from ._errors import ErrorCode, ToolError, about
-from ._schema import integer, obj, string
+from ._schema import field, integer, obj, result, string
 from ._tool import Definition, Progress, Setup
 
 __all__ = [
@@ -96,6 +96,24 @@ def _read_schema(setup: Setup) -> dict[str, Any]:
     )
 
 
+def _read_output(_: Setup) -> dict[str, Any]:
+    # One entry per key `_read_file` returns; a new key (a hash, say) is one line here.
+    return result(
+        {
+            "sandbox": field("string"),
+            "remote": field("string"),
+            "encoding": field("string", enum=["text", "base64"]),
+            "offset": field("integer", minimum=0),
+            "next_offset": field("integer", minimum=0),
+            "size": field("integer", nullable=True, minimum=0),
+            "eof": field("boolean"),
+            "content": field("string"),
+            "hint": field("string"),
+        },
+        optional=("hint",),
+    )
+
+
 async def _read_file(setup: Setup, args: dict[str, Any], _: Progress | None) -> dict[str, Any]:
     name, sandbox, path = sandbox_file(setup, args)
     offset, length, encoding = args["offset"], args["length"], args["encoding"]
@@ -144,6 +162,7 @@ READ_FILE = Definition(
         "absolute under it."
     ),
     schema=_read_schema,
+    output=_read_output,
     renamed={"path": "remote", "limit": "length"},
     run=_read_file,
     read_only=True,
@@ -202,6 +221,16 @@ def _content_bytes(content: str, encoding: str, cap: int) -> bytes:
     return data
 
 
+def _write_output(_: Setup) -> dict[str, Any]:
+    return result(
+        {
+            "sandbox": field("string"),
+            "remote": field("string"),
+            "bytes_written": field("integer", minimum=0),
+        }
+    )
+
+
 async def _write_file(setup: Setup, args: dict[str, Any], _: Progress | None) -> dict[str, Any]:
     name, sandbox, path = sandbox_file(setup, args)
     data = _content_bytes(args["content"], args["encoding"], setup.limits.max_write)
@@ -221,6 +250,7 @@ WRITE_FILE = Definition(
         "absolute under it. Returns remote and bytes_written."
     ),
     schema=_write_schema,
+    output=_write_output,
     renamed={"path": "remote"},
     run=_write_file,
     read_only=False,

@@ -2,12 +2,20 @@
 
 `build_server(toolkit)` makes a low-level `mcp` server: the low-level API, because it takes
 each tool's JSON Schema as we wrote it (FastMCP would derive one from a signature). Every
-`Tool` is listed with its schema unchanged and its hints as annotations; a call runs
-`toolkit.call` and answers its dict as JSON text and as `structuredContent`. A `ToolError` is
-a tool result with `isError` and the error's JSON (`code`, `message`, `retryable`), which the
-model can act on, not a protocol error. A copy's progress becomes `notifications/progress`
-when the client sent a `progressToken`; a `notifications/cancelled` cancels the handler's
-task, and with it the transfer, whose own cleanup leaves no partial file.
+`Tool` is listed with its input and output schemas unchanged and its hints as annotations; a
+call runs `toolkit.call` and answers its dict as `structuredContent` (valid against the
+`outputSchema`) and as the same JSON in a text block (clients such as the OpenAI Agents SDK
+show the model the text). A `ToolError` is a tool result with `isError` and the error's JSON
+(`code`, `message`, `retryable`) as text only: it is no result of the tool's schema, and
+clients that check `structuredContent` against it whatever `isError` says would refuse it.
+It is logged at WARNING (tool name and code: never the message, which quotes model input)
+on the `sandboxkit.agents.mcp` logger, so the operator sees every failure.
+
+A copy's progress becomes `notifications/progress` when the client sent a `progressToken`;
+a `notifications/cancelled` cancels the handler's task, and with it the transfer, whose own
+cleanup leaves no partial file. With the toolkit's `CopyHandles` (as `sandboxkit mcp` sets
+them up) a copy still running after a second answers a `copy_id` instead: a client that
+gives up on a call idle for 300 s never waits that long.
 
 This module imports `mcp`: only `sandboxkit mcp` and code that asks for it load it, never
 `import sandboxkit` or `import sandboxkit.agents`.
@@ -16,6 +24,7 @@ This module imports `mcp`: only `sandboxkit mcp` and code that asks for it load 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import logging
 import threading
@@ -23,6 +32,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 import mcp_types as types
+from mcp.server.auth.provider import AccessToken
+from mcp.server.auth.settings import AuthSettings
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
@@ -34,6 +45,7 @@ from ._tool import Progress, Tool
 __all__ = [
     "INSTRUCTIONS",
     "SERVER_NAME",
+    "OperatorToken",
     "ToolSource",
     "build_server",
     "describe_tool",
@@ -78,6 +90,7 @@ def describe_tool(tool: Tool) -> types.Tool:
         title=tool.title,
         description=tool.description,
         input_schema=_plain(tool.input_schema),
+        output_schema=_plain(tool.output_schema),
         annotations=types.ToolAnnotations(
             title=tool.title,
             read_only_hint=tool.read_only,
@@ -136,10 +149,13 @@ async def _run(
     try:
         value = await toolkit.call(name, arguments, progress=relay.update)
     except ToolError as exc:
+        logger.warning(
+            "tool %s failed: %s (retryable: %s)", name, exc.code.value, str(exc.retryable).lower()
+        )
         return _result(exc.to_json(), error=True)
     except Exception:
         # Not the toolkit's contract; the details go to the operator's log, not the model.
-        logger.exception("tool %s failed unexpectedly", name)
+        logger.exception("tool %s failed unexpectedly: internal", name)
         failure = {"code": str(ErrorCode.INTERNAL), "message": "internal error", "retryable": False}
         return _result(failure, error=True)
     finally:
@@ -150,11 +166,13 @@ async def _run(
 
 
 def _result(value: Mapping[str, Any], *, error: bool) -> types.CallToolResult:
-    # The text block carries the same JSON for clients that ignore structuredContent.
+    # The text block carries the same JSON for clients that ignore structuredContent; an
+    # error has only the text (see the module's docstring).
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    return types.CallToolResult(
-        content=[types.TextContent(text=text)], structured_content=dict(value), is_error=error
-    )
+    content: list[types.ContentBlock] = [types.TextContent(text=text)]
+    if error:
+        return types.CallToolResult(content=content, is_error=True)
+    return types.CallToolResult(content=content, structured_content=dict(value), is_error=False)
 
 
 def worth_sending(done: int, total: int | None, sent: int | None) -> bool:
@@ -233,14 +251,47 @@ async def serve_stdio(server: Server[Any]) -> None:
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
-async def serve_http(server: Server[Any], *, host: str, port: int) -> None:
+class OperatorToken:
+    """The `mcp` package's `TokenVerifier` for the one bearer token the operator configured:
+    compared in constant time, so a wrong guess learns nothing from how long it took."""
+
+    def __init__(self, token: str) -> None:
+        self._token = token.encode()
+
+    def __repr__(self) -> str:
+        return "OperatorToken(<hidden>)"
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        """The caller's access if `token` is the operator's, else None (a 401)."""
+        if not hmac.compare_digest(token.encode("utf-8", "replace"), self._token):
+            return None
+        # The record keeps no copy of the secret: nothing downstream needs it.
+        return AccessToken(token="operator-token", client_id="operator", scopes=[])
+
+
+async def serve_http(
+    server: Server[Any], *, host: str, port: int, token: str | None = None
+) -> None:
     """Serve `server` as streamable HTTP on `http://host:port/mcp` until cancelled.
 
-    On a loopback host the `mcp` transport refuses other `Host` and `Origin` headers (DNS
-    rebinding); the endpoint has no authentication of its own.
+    With `token`, a request without `Authorization: Bearer <token>` is answered 401 with
+    `WWW-Authenticate: Bearer` (the `mcp` package's resource-server middleware, over
+    `OperatorToken`). No protected-resource metadata is served: a static token has no
+    authorization server a client could be sent to. On a loopback host the `mcp` transport
+    also refuses other `Host` and `Origin` headers (DNS rebinding), token or not.
     """
     import uvicorn
+    from pydantic import AnyHttpUrl
 
-    app = server.streamable_http_app(host=host)
+    auth, verifier = None, None
+    if token is not None:
+        # `issuer_url` is required, but read only for an authorization server's routes and
+        # the resource metadata, neither of which is served: no issuer is announced.
+        where = f"[{host}]" if ":" in host else host
+        auth = AuthSettings(
+            issuer_url=AnyHttpUrl(f"http://{where}:{port}"), resource_server_url=None
+        )
+        verifier = OperatorToken(token)
+    app = server.streamable_http_app(host=host, auth=auth, token_verifier=verifier)
     config = uvicorn.Config(app, host=host, port=port, log_level="info", access_log=False)
     await uvicorn.Server(config).serve()

@@ -4,8 +4,12 @@ The file names the sandboxes the model may use (each: `sandbox_key`, `domain`, a
 token, inline as `access_token` or, better, `access_token_env` naming an environment
 variable), the local `workspace` for copies, the sandbox `root`, `templates` on or off,
 `data_plane_scheme`, the console (`base_url`, and `api_key_env` naming the variable that holds
-the API key) and `[limits]` (`ToolLimits` fields). What the file leaves out comes from the
-environment (`SANDBOXKIT_API_KEY`, `SANDBOXKIT_BASE_URL`, `SANDBOXKIT_DATA_PLANE_SCHEME`).
+the API key), `http_token_env` naming the variable that holds the bearer token the HTTP
+transport requires, and `[limits]` (`ToolLimits` fields). What the file leaves out comes
+from the environment (`SANDBOXKIT_API_KEY`, `SANDBOXKIT_BASE_URL`,
+`SANDBOXKIT_DATA_PLANE_SCHEME`, `SANDBOXKIT_MCP_TOKEN`). The bearer token is read only from
+the environment, never from the command line, whose arguments every local user can read
+(`ps`, `/proc/PID/cmdline`) and shells keep in their history.
 
 Example::
 
@@ -38,7 +42,7 @@ from sandboxkit._core import environment as env
 from sandboxkit.client import Client
 from sandboxkit.errors import ValidationError
 
-from . import Toolkit, ToolLimits
+from . import CopyHandles, Toolkit, ToolLimits
 
 __all__ = [
     "ConfigError",
@@ -52,6 +56,7 @@ _TOP_KEYS = (
     "api_key_env",
     "base_url",
     "data_plane_scheme",
+    "http_token_env",
     "limits",
     "root",
     "sandboxes",
@@ -66,6 +71,9 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # is reserved (RFC 2606), so this address can never reach a host.
 _UNUSED_BASE_URL = "https://console.invalid"
 _UNUSED_API_KEY = "unused-without-template-tools"
+# A bearer token anyone may try over the network should not be guessable: 32 characters of
+# `secrets.token_urlsafe` hold 192 bits.
+MIN_TOKEN_LENGTH = 32
 
 
 class ConfigError(Exception):
@@ -103,6 +111,8 @@ class McpConfig:
         templates: whether the template and build tools are offered.
         limits: the tools' bounds.
         warnings: one-line notes for the operator (e.g. an inline token in a readable file).
+        http_token: the bearer token the HTTP transport requires (never shown in a repr);
+            None: none configured.
     """
 
     sandboxes: tuple[SandboxEntry, ...]
@@ -114,12 +124,15 @@ class McpConfig:
     templates: bool
     limits: ToolLimits
     warnings: tuple[str, ...] = ()
+    http_token: str | None = attrs.field(default=None, repr=False)
 
     def secrets(self) -> tuple[str, ...]:
         """Every credential held, for scrubbing text that leaves the process."""
         found = [s.access_token for s in self.sandboxes]
         if self.api_key:
             found.append(self.api_key)
+        if self.http_token:
+            found.append(self.http_token)
         return tuple(found)
 
 
@@ -227,6 +240,7 @@ class _Reader:
             templates=templates,
             limits=self.limits(table.get("limits")),
             warnings=tuple(self.notes),
+            http_token=self.http_token(table),
         )
 
     def known(self, table: Mapping[str, Any], keys: tuple[str, ...], at: str) -> None:
@@ -261,6 +275,24 @@ class _Reader:
         if name is not None:
             return self.variable(name, "api_key_env")
         return given or self.environ.get(env.API_KEY) or None
+
+    def http_token(self, table: Mapping[str, Any]) -> str | None:
+        name = self.text(table, "http_token_env")
+        token: str | None
+        if name is not None:
+            token = self.variable(name, "http_token_env")
+            at = f"environment variable {name}"
+        else:
+            token = self.environ.get(env.MCP_TOKEN, "").strip() or None
+            at = env.MCP_TOKEN
+        if token is not None and (
+            len(token) < MIN_TOKEN_LENGTH or not token.isascii() or not token.isprintable()
+        ):
+            raise self.fail(
+                f"{at}: the bearer token must be at least {MIN_TOKEN_LENGTH} printable ASCII "
+                "characters (python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+            )
+        return token
 
     def sandboxes(self, raw: object) -> tuple[SandboxEntry, ...]:
         if raw is None or raw == {}:
@@ -333,8 +365,8 @@ class _Reader:
 def toolkit_from_config(
     config: McpConfig, *, ssl: ssl_module.SSLContext | bool = True
 ) -> tuple[Client, Toolkit]:
-    """A new `Client` and the `Toolkit` the configuration describes over it; the caller
-    closes the client (`async with client:`).
+    """A new `Client` and the `Toolkit` the configuration describes over it (copies answer
+    a handle when they take long: `CopyHandles`); the caller closes both (`async with`).
 
     Args:
         config: from `load_config`.
@@ -369,6 +401,7 @@ def toolkit_from_config(
             root=config.root,
             limits=config.limits,
             templates=config.templates,
+            copy_handles=CopyHandles(),
         )
     except ValidationError as exc:
         raise ConfigError(f"configuration: {_one_line(exc, config)}") from None

@@ -1,4 +1,5 @@
-"""JSON Schema for tool inputs: small builders, and a validator of the subset they use.
+"""JSON Schema for tool inputs and results: small builders, and a validator of the subset
+the input schemas use.
 
 The subset (draft 2020-12 keywords): `type` (object, string, integer, number, boolean,
 array), `properties`, `required`, `additionalProperties` (false, or a schema for the values),
@@ -6,6 +7,11 @@ array), `properties`, `required`, `additionalProperties` (false, or a schema for
 `items`, `maxItems`, `default`; `title` and `description` are annotations. A schema using
 any other keyword is refused when the toolkit is built, so the validator never silently
 skips a rule a model was shown.
+
+A result's schema (`outputSchema` over MCP) is built with `result`, `field` and `either`:
+closed objects whose listed properties are all required unless named optional, so a result
+that grows or loses a key fails the test that checks every tool's real result against it.
+Clients validate results, not this module: these schemas may use `anyOf` and `null` types.
 
 Pure: no I/O, nothing awaits. Model input is hostile: every value is checked before any
 request, and a message shows at most a short piece of what was sent.
@@ -22,9 +28,12 @@ from ._errors import ErrorCode, ToolError
 __all__ = [
     "array_of",
     "check_schema",
+    "either",
+    "field",
     "integer",
     "number",
     "obj",
+    "result",
     "string",
     "validate",
 ]
@@ -82,6 +91,31 @@ def obj(
         "required": list(required),
         "additionalProperties": False,
     }
+
+
+def field(kind: str, *, nullable: bool = False, **rules: Any) -> dict[str, Any]:
+    """A result's property: `kind` ("string", "integer"...), or it or null."""
+    return {"type": [kind, "null"] if nullable else kind, **rules}
+
+
+def result(
+    properties: Mapping[str, Mapping[str, Any]], optional: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """A result's closed object: every property required but the `optional` ones."""
+    unknown = set(optional) - set(properties)
+    if unknown:
+        raise ValueError(f"optional names what the result does not define: {sorted(unknown)}")
+    return {
+        "type": "object",
+        "properties": {name: dict(rule) for name, rule in properties.items()},
+        "required": [name for name in properties if name not in optional],
+        "additionalProperties": False,
+    }
+
+
+def either(*shapes: Mapping[str, Any]) -> dict[str, Any]:
+    """A result that is one of `shapes` (objects); MCP wants `type: object` at the top."""
+    return {"type": "object", "anyOf": [dict(shape) for shape in shapes]}
 
 
 def check_schema(schema: Mapping[str, Any], where: str = "schema") -> None:

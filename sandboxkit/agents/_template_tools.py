@@ -21,7 +21,7 @@ from ..rules import (
     MAX_TEMPLATE_NAME,
 )
 from ._errors import ErrorCode, ToolError, about
-from ._schema import array_of, integer, obj, string
+from ._schema import array_of, field, integer, obj, result, string
 from ._tool import Definition, Progress, Setup
 
 __all__ = ["CREATE_TEMPLATE"]
@@ -86,6 +86,19 @@ def _resources(args: dict[str, Any]) -> sandboxkit.CustomResources | sandboxkit.
         raise ToolError(ErrorCode.INVALID_ARGUMENT, f"{str(exc).capitalize()}.") from None
 
 
+def _create_output(_: Setup) -> dict[str, Any]:
+    return result(
+        {
+            "template_id": field("string"),
+            "build_id": field("string"),
+            "status": field("string"),
+            "replayed": field("boolean"),
+            "idempotency_key": field("string", nullable=True),
+            "hint": field("string"),
+        }
+    )
+
+
 async def _create_template(
     setup: Setup, args: dict[str, Any], _: Progress | None
 ) -> dict[str, Any]:
@@ -122,6 +135,7 @@ CREATE_TEMPLATE = Definition(
         "wait_for_build or read_build_logs. Pass an idempotency_key to retry safely."
     ),
     schema=_create_schema,
+    output=_create_output,
     run=_create_template,
     read_only=False,
     destructive=False,

@@ -1,9 +1,10 @@
 """A tool as a model sees it, the toolkit's bounds, and the one definition each tool has.
 
 A `Definition` holds everything about one tool: its name, hints, description, input schema
-(a function of the toolkit's setup: the sandbox names and the bounds go in it) and the
-coroutine that runs it. `Toolkit.tools`, `Toolkit.call` and every export (`to_openai`...)
-are read from it, so no two places can disagree about a tool.
+(a function of the toolkit's setup: the sandbox names and the bounds go in it), the schema
+of its result (`output`, MCP's `outputSchema`) and the coroutine that runs it.
+`Toolkit.tools`, `Toolkit.call` and every export (`to_openai`...) are read from it, so no
+two places can disagree about a tool.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from sandboxkit import Progress
 
 from ..errors import ValidationError
 from ..rules import MAX_PAGE_SIZE
+from ._copies import HANDLE_RESULT, Copies
 from ._errors import ErrorCode, ToolError
 from ._paths import sandbox_path
-from ._schema import check_schema
+from ._schema import check_schema, either
 
 __all__ = ["Definition", "Progress", "Run", "Setup", "Tool", "ToolLimits"]
 
@@ -101,6 +103,8 @@ class Tool:
         description: what it does and when to use it, written for a model.
         input_schema: a JSON Schema (draft 2020-12) object with `additionalProperties`
             false; `Toolkit.call` checks arguments against it.
+        output_schema: a JSON Schema (draft 2020-12) of the tool's result (not of a
+            failure, which is `ToolError.to_json()`); MCP lists it as `outputSchema`.
         read_only: changes nothing anywhere.
         destructive: may overwrite or delete (meaningful when not read-only).
         idempotent: calling again with the same arguments has no further effect.
@@ -115,6 +119,9 @@ class Tool:
     destructive: bool
     idempotent: bool
     open_world: bool = False
+    output_schema: Mapping[str, Any] = attrs.field(
+        converter=_copied, factory=lambda: {"type": "object"}
+    )
 
     def to_openai(self) -> dict[str, Any]:
         """The tool for OpenAI's Chat Completions `tools=` (and the many servers that speak
@@ -153,6 +160,7 @@ class Setup:
     root: str
     workspace: Path | None
     limits: ToolLimits
+    copies: Copies | None = None  # with `CopyHandles`: the copies running by handle
 
     def sandbox(self, name: str) -> sandboxkit.Sandbox:
         """The sandbox the application named `name`.
@@ -177,7 +185,7 @@ class Setup:
 
 
 Run = Callable[[Setup, dict[str, Any], Progress | None], Awaitable[dict[str, Any]]]
-Needs = Literal["sandboxes", "workspace", "templates", "nothing"]
+Needs = Literal["sandboxes", "workspace", "copies", "templates", "nothing"]
 
 
 def _bytes(size: int) -> str:
@@ -194,15 +202,20 @@ class Definition:
 
     `description` may name the setup's bounds as `{read_page}`, `{max_read}`... (every
     `ToolLimits` field; byte sizes read "65536 bytes (64 KiB)") and `{root}`; `schema`
-    builds the input schema from the setup; `needs` says what the toolkit must have for
-    the tool to exist; `renamed` maps the arguments' former names to their names now (the
-    SDK's), which `Toolkit.call` still takes from a model that used them (never shown).
+    builds the input schema from the setup, `output` the schema of the result `run`
+    returns (a test runs every tool and checks its result against it); `needs` says what
+    the toolkit must have for the tool to exist ("copies": a workspace and
+    `CopyHandles`); `runs_long` marks a tool that, with `CopyHandles`, may answer a
+    handle instead (its output schema then admits one); `renamed` maps the arguments'
+    former names to their names now (the SDK's), which `Toolkit.call` still takes from a
+    model that used them (never shown).
     """
 
     name: str
     title: str
     description: str
     schema: Callable[[Setup], dict[str, Any]]
+    output: Callable[[Setup], dict[str, Any]]
     run: Run
     read_only: bool
     destructive: bool
@@ -210,6 +223,7 @@ class Definition:
     needs: Needs
     open_world: bool = False
     renamed: Mapping[str, str] = attrs.field(factory=dict)
+    runs_long: bool = False
 
     def tool(self, setup: Setup) -> Tool:
         """The tool as this setup shows it."""
@@ -218,6 +232,9 @@ class Definition:
         values: dict[str, Any] = {**attrs.asdict(setup.limits), "root": setup.root}
         for name in ("read_page", "max_read", "max_write", "max_copy"):
             values[name] = _bytes(values[name])
+        output = self.output(setup)
+        if self.runs_long and setup.copies is not None:
+            output = either(output, HANDLE_RESULT)
         return Tool(
             name=self.name,
             title=self.title,
@@ -227,4 +244,5 @@ class Definition:
             destructive=self.destructive,
             idempotent=self.idempotent,
             open_world=self.open_world,
+            output_schema=output,
         )

@@ -14,6 +14,7 @@ import operator
 import os
 import re
 import sys
+from collections.abc import Mapping
 from typing import NoReturn
 
 import click
@@ -22,7 +23,7 @@ from sandboxkit._core import environment as env
 
 from ._app import EXIT_INPUT, Settings
 
-__all__ = ["is_loopback", "mcp", "mcp_unusable", "meets"]
+__all__ = ["is_loopback", "mcp", "mcp_unusable", "meets", "start_line"]
 
 _INSTALL = "sandboxkit mcp needs the mcp extra: pip install 'sandboxkit-sdk[mcp]'"
 # Where another package holds `mcp` back, the server runs from an environment of its own.
@@ -120,6 +121,18 @@ def _log_to_stderr(debug: bool) -> None:
     log.setLevel(logging.INFO)
 
 
+def start_line(served: list[str], absent: Mapping[str, str], where: str, sandboxes: str) -> str:
+    """The operator's first line: what is served where, and which tools are off and why."""
+    line = f"serving {len(served)} tools on {where} for sandboxes {sandboxes}: {', '.join(served)}"
+    reasons: dict[str, list[str]] = {}
+    for name, why in absent.items():
+        reasons.setdefault(why, []).append(name)
+    if reasons:
+        off = "; ".join(f"{', '.join(names)} ({why})" for why, names in reasons.items())
+        line += f"; off: {off}"
+    return line
+
+
 def _fail(message: str) -> NoReturn:
     click.echo(f"error: {message}", err=True)
     raise SystemExit(EXIT_INPUT)
@@ -149,8 +162,9 @@ def mcp(settings: Settings, config_path: str | None, transport: str, host: str, 
     """Serve the sandbox tools to a model over the Model Context Protocol.
 
     The configuration (sandboxes, workspace, limits) comes from the file and the
-    environment, never from the model. Over HTTP the endpoint has no authentication: it
-    listens on 127.0.0.1 unless --host says otherwise.
+    environment, never from the model. Over HTTP every request must carry the bearer token
+    in $SANDBOXKIT_MCP_TOKEN (or the variable the file's http_token_env names); without
+    one the server starts on a loopback host only, with a warning.
     """
     try:
         from sandboxkit.agents._mcp import build_server, serve_http, serve_stdio
@@ -165,29 +179,46 @@ def mcp(settings: Settings, config_path: str | None, transport: str, host: str, 
         client, toolkit = toolkit_from_config(config, ssl=settings.ssl_option())
     except ConfigError as exc:
         _fail(str(exc))
+    token = config.http_token
+    if transport == "http" and token is None and not is_loopback(host):
+        # Anyone who reaches the port could use the sandboxes: never without a token.
+        _fail(
+            f"--host {host} is not loopback: set {env.MCP_TOKEN} (or http_token_env in the "
+            "file) to the bearer token clients must send"
+        )
     for note in config.warnings:
         click.echo(f"warning: {note}", err=True)
-    if transport == "http" and not is_loopback(host):
+    if transport == "http" and token is None:
         click.echo(
-            f"warning: --host {host} is not loopback: anyone who can reach it can use these "
-            "sandboxes (the MCP endpoint has no authentication)",
+            f"warning: no bearer token ({env.MCP_TOKEN}): every local process can use these "
+            "sandboxes through the HTTP endpoint",
+            err=True,
+        )
+    elif transport == "http" and not is_loopback(host):
+        click.echo(
+            f"warning: --host {host} serves plain HTTP: the bearer token crosses the network "
+            "in clear unless a TLS proxy is in front",
             err=True,
         )
     _log_to_stderr(settings.debug)
     names = ", ".join(s.name for s in config.sandboxes)
     # With --port 0 the port is known once bound: uvicorn's own line tells it.
-    where = "stdio" if transport == "stdio" else f"streamable HTTP at {host}:{port or '<any>'}"
+    where = "stdio"
+    if transport == "http":
+        guard = "bearer token required" if token is not None else "no token"
+        where = f"streamable HTTP at {host}:{port or '<any>'} ({guard})"
+    served = [tool.name for tool in toolkit.tools]
     logging.getLogger("sandboxkit.agents.mcp").info(
-        "serving %d tools on %s for sandboxes %s", len(toolkit.tools), where, names
+        "%s", start_line(served, toolkit.absent, where, names)
     )
 
     async def serve() -> None:
         server = build_server(toolkit)
-        async with client:
+        async with client, toolkit:
             if transport == "stdio":
                 await serve_stdio(server)
             else:
-                await serve_http(server, host=host, port=port)
+                await serve_http(server, host=host, port=port, token=token)
 
     # Ctrl-C and SIGTERM cancel the serving task (a copy under way cleans up), then exit 130
     # and 143 as every command does; an error (a port in use) is one line and exit 1.

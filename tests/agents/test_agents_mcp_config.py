@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from sandboxkit.agents import ToolLimits
 from sandboxkit.agents._mcp_config import ConfigError, McpConfig, load_config, toolkit_from_config
 from sandboxkit.cli import cli
-from sandboxkit.cli._mcp import is_loopback, meets
+from sandboxkit.cli._mcp import is_loopback, meets, start_line
 
 SECRET = "tok-7f3a9c1e-do-not-show"
 ENV = {"DEV_TOKEN": SECRET}
@@ -337,3 +337,71 @@ def test_importing_sandboxkit_and_its_agents_never_imports_mcp() -> None:
 def test_only_loopback_hosts_go_without_a_warning(host: str, loopback: bool) -> None:
     """`--host` is loopback (no warning) only for localhost, 127.0.0.0/8 and ::1."""
     assert is_loopback(host) is loopback
+
+
+BEARER = "b" * 40
+
+
+def test_the_bearer_token_comes_from_the_named_variable_or_the_default_one(
+    tmp_path: Path,
+) -> None:
+    """http_token_env names the variable holding the HTTP bearer token; without it
+    SANDBOXKIT_MCP_TOKEN is read; no repr shows it and secrets() names it (for scrubbing)."""
+    (tmp_path / "ws").mkdir()
+    named = write(tmp_path, 'http_token_env = "MY_BEARER"\n' + GOOD)
+    config = load_config(named, {**ENV, "MY_BEARER": BEARER, "SANDBOXKIT_MCP_TOKEN": "x" * 40})
+    assert config.http_token == BEARER
+    assert BEARER not in repr(config) and BEARER in config.secrets()
+    plain = write(tmp_path, GOOD)
+    assert load_config(plain, {**ENV, "SANDBOXKIT_MCP_TOKEN": BEARER}).http_token == BEARER
+    assert load_config(plain, ENV).http_token is None
+
+
+@pytest.mark.parametrize(
+    ("text", "environ", "says"),
+    [
+        ('http_token_env = "MY_BEARER"\n', {}, "MY_BEARER is not set"),
+        ("", {"SANDBOXKIT_MCP_TOKEN": "short-token"}, "at least 32 printable ASCII"),
+        ('http_token_env = "T"\n', {"T": "é" * 40}, "at least 32 printable ASCII"),
+    ],
+)
+def test_a_missing_or_weak_bearer_token_is_one_line_that_never_shows_it(
+    tmp_path: Path, text: str, environ: dict[str, str], says: str
+) -> None:
+    """A token variable named but unset, or a token too short or not ASCII, is refused in
+    one line that does not echo it."""
+    (tmp_path / "ws").mkdir()
+    file = write(tmp_path, text + GOOD)
+    with pytest.raises(ConfigError) as caught:
+        load_config(file, {**ENV, **environ})
+    message = str(caught.value)
+    assert says in message and "\n" not in message
+    assert all(value not in message for value in environ.values())
+
+
+def test_http_on_a_non_loopback_host_without_a_token_does_not_start(tmp_path: Path) -> None:
+    """`--transport http --host 0.0.0.0` with no bearer token exits 2 with one line saying
+    how to set one, before anything listens."""
+    (tmp_path / "ws").mkdir()
+    file = write(tmp_path, GOOD)
+    args = ["mcp", "--config", str(file), "--transport", "http", "--host", "0.0.0.0"]
+    result = CliRunner().invoke(cli, args, env=ENV)
+    assert result.exit_code == 2, result.output
+    [line] = result.stderr.splitlines()
+    assert line.startswith("error: --host 0.0.0.0 is not loopback: set SANDBOXKIT_MCP_TOKEN")
+
+
+def test_the_start_line_names_the_tools_served_and_those_off_with_why(tmp_path: Path) -> None:
+    """Without a workspace and with templates off, the start line lists the tools served and
+    each absent one under its reason."""
+    file = write(tmp_path, GOOD.replace('workspace = "ws"\n', ""))
+    config = load_config(file, ENV)
+    _, toolkit = toolkit_from_config(config)
+    served = [tool.name for tool in toolkit.tools]
+    line = start_line(served, toolkit.absent, "stdio", "dev, ci")
+    assert line == (
+        "serving 3 tools on stdio for sandboxes dev, ci: list_sandboxes, read_file, "
+        "write_file; off: upload_file, download_file, copy_status, cancel_copy (no workspace "
+        "configured); create_template, list_builds, get_build, read_build_logs, "
+        "wait_for_build (template tools off)"
+    )

@@ -16,10 +16,12 @@ from typing import Any
 import aiohttp
 import anyio
 import attrs
+import httpx2
 import mcp
 import mcp_types as types
 import pytest
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
 from mcp_types.version import LATEST_HANDSHAKE_VERSION
 
 from sandboxkit.emulator import Emulator
@@ -134,7 +136,7 @@ async def test_the_stdio_server_serves_the_tools_and_never_shows_a_credential(
     assert not read.is_error and read.structured_content["content"] == "hello from the sandbox\n"
     assert not written.is_error and (mcp_served.home / "new.txt").read_text() == "from the model"
     assert not copied.is_error and (mcp_served.workspace / "big.bin").read_bytes() == DATA
-    assert missing.is_error and missing.structured_content["code"] == "not_found"
+    assert missing.is_error and answer(missing)["code"] == "not_found"
     assert progress and progress == sorted(progress)
     log = stderr.read_text()
     assert "sandboxkit mcp: serving" in log and "for sandboxes dev" in log
@@ -173,9 +175,9 @@ async def test_stdout_carries_only_protocol_and_eof_ends_the_server(mcp_served: 
     lines = [first, second, *(json.loads(line) for line in out.decode().splitlines())]
     assert all(line["jsonrpc"] == "2.0" for line in lines)
     assert first["id"] == 1 and first["result"]["serverInfo"]["name"] == "sandboxkit"
-    [answer] = [line for line in lines if line.get("id") == 2]
-    result = types.CallToolResult.model_validate(answer["result"])
-    assert result.is_error and result.structured_content["code"] == "invalid_path"
+    [reply] = [line for line in lines if line.get("id") == 2]
+    result = types.CallToolResult.model_validate(reply["result"])
+    assert result.is_error and answer(result)["code"] == "invalid_path"
     assert process.returncode == 0, err.decode()
     assert b"sandboxkit mcp: serving" in err
 
@@ -220,3 +222,82 @@ async def test_the_http_server_answers_on_loopback_and_refuses_a_foreign_host(
     text = "".join(log) + err.decode()
     assert "sandboxkit mcp: serving" in text
     assert leaks([text, *dumped([read])], mcp_served.secrets) == []
+
+
+BEARER = "operator-bearer-" + "7" * 32
+
+
+async def test_the_http_server_requires_the_bearer_token_and_logs_failures_without_secrets(
+    mcp_served: Served,
+) -> None:
+    """With SANDBOXKIT_MCP_TOKEN set, a request without the token or with a wrong one is
+    401 with `WWW-Authenticate: Bearer`, a foreign Host with the right one is still refused,
+    and the right one lists and calls the tools; a failed call is a WARNING line naming the
+    tool and code; stderr never shows the bearer token, the sandbox token or the API key."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        *command(mcp_served),
+        "--transport",
+        "http",
+        "--port",
+        "0",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**mcp_served.env, "SANDBOXKIT_MCP_TOKEN": BEARER, "PATH": "/usr/bin:/bin"},
+    )
+    assert process.stderr is not None
+    log: list[str] = []
+    refusals: list[tuple[int, str | None]] = []
+    try:
+        with anyio.fail_after(PATIENCE):
+            found = None
+            while found is None:
+                line = (await process.stderr.readline()).decode()
+                assert line, "".join(log)
+                log.append(line)
+                found = re.search(r"running on http://127\.0\.0\.1:(\d+)", line)
+            url = f"http://127.0.0.1:{found.group(1)}/mcp"
+            hello = {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": LATEST_HANDSHAKE_VERSION,
+                    "capabilities": {},
+                    "clientInfo": {"name": "raw", "version": "0"},
+                },
+            }
+            accept = {"Accept": "application/json, text/event-stream"}
+            async with aiohttp.ClientSession() as http:
+                for headers in (
+                    {},
+                    {"Authorization": "Bearer " + "x" * len(BEARER)},
+                    {"Authorization": "Basic " + BEARER},
+                ):
+                    async with http.post(url, json=hello, headers={**accept, **headers}) as got:
+                        refusals.append((got.status, got.headers.get("WWW-Authenticate")))
+                foreign = {**accept, "Authorization": f"Bearer {BEARER}", "Host": "evil.example"}
+                async with http.post(url, json=hello, headers=foreign) as refused:
+                    assert refused.status == 421
+            authorized = httpx2.AsyncClient(headers={"Authorization": f"Bearer {BEARER}"})
+            async with (
+                authorized,
+                mcp.Client(streamable_http_client(url, http_client=authorized)) as client,
+            ):
+                listed = await client.list_tools()
+                missing = await client.call_tool("read_file", {"sandbox": "dev", "remote": "no"})
+            process.send_signal(signal.SIGINT)
+            out, err = await process.communicate()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    for status, challenge in refusals:
+        assert status == 401 and challenge is not None and challenge.startswith("Bearer "), refusals
+    assert "copy_status" in {tool.name for tool in listed.tools}
+    assert missing.is_error and answer(missing)["code"] == "not_found"
+    text = "".join(log) + err.decode()
+    assert "(bearer token required)" in text
+    assert "sandboxkit mcp: tool read_file failed: not_found (retryable: false)" in text
+    assert leaks([text], [*mcp_served.secrets, BEARER]) == []
+    assert process.returncode == 130 and out == b""
