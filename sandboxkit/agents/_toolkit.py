@@ -22,7 +22,7 @@ from ..errors import ValidationError
 from ._build_tools import GET_BUILD, LIST_BUILDS, READ_BUILD_LOGS, WAIT_FOR_BUILD
 from ._copy_tools import DOWNLOAD_FILE, UPLOAD_FILE
 from ._errors import ErrorCode, ToolError
-from ._file_tools import READ_FILE, WRITE_FILE
+from ._file_tools import EDIT_FILE, READ_FILE, WRITE_FILE
 from ._paths import check_root
 from ._schema import obj, validate
 from ._template_tools import CREATE_TEMPLATE
@@ -68,6 +68,7 @@ DEFINITIONS: tuple[Definition, ...] = (
     LIST_SANDBOXES,
     READ_FILE,
     WRITE_FILE,
+    EDIT_FILE,
     UPLOAD_FILE,
     DOWNLOAD_FILE,
     CREATE_TEMPLATE,
