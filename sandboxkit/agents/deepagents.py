@@ -18,8 +18,9 @@ messages, which never hold a token.
 
 `read(path, offset, limit)` moves only the bytes the window needs: pages of the file from
 its start (64 KiB, doubling to 1 MiB), read with `files.read_range` and decoded as UTF-8 as
-they come, stopping once the window's last line has ended (a page further only where the
-file's end was not yet seen and the next line's existence decides `next_offset`). Lines are
+they come, stopping once the window's last line has ended: past it, `total_lines` is
+unknown (None) and `next_offset` is the line after the window, as deepagents' sandbox
+backend reports a large file. Lines before the window are counted, never kept. Lines are
 split as deepagents' own backends split them (`\\n`, `\\r\\n`, `\\r`), the window comes back
 raw with `\\n` line ends (deepagents' middleware adds the numbers), and its text is capped
 as deepagents' sandbox backend caps it. `edit` is the tool kit's `edit_file` (one
@@ -53,6 +54,10 @@ from deepagents.backends.protocol import (
     WriteResult,
 )
 from deepagents.backends.sandbox import MAX_BINARY_BYTES, MAX_OUTPUT_BYTES, TRUNCATION_MSG
+
+# Private, but the one rule its middleware reads a file's kind by (since 0.7.1, the floor):
+# a backend that judged otherwise would hand it text where it shows base64.
+from deepagents.backends.utils import _get_backend_read_file_type
 
 import sandboxkit
 
@@ -481,6 +486,4 @@ def _file_error(error: ToolError) -> str:
 def _binary_by_name(path: str) -> bool:
     """Whether deepagents reads `path` as binary by its extension (images, audio, video,
     documents): its middleware shows such content as base64, whatever a backend says."""
-    from deepagents.backends.utils import _get_backend_read_file_type
-
     return _get_backend_read_file_type(path) != "text"
