@@ -299,12 +299,18 @@ class FileRange:
         size: the file's size in bytes where an answer showed it (a 206's `Content-Range`
             total, a 416's `bytes */N`, a 200's `Content-Length`), else None.
         eof: `data` reaches the end of the file.
+        etag: the ETag of the answer the bytes came from, where the data center sent one
+            (it names this version of the file: compare it with a later read's to tell a
+            change), else None.
+        last_modified: that answer's Last-Modified, where sent, else None.
     """
 
     data: bytes = attrs.field(repr=lambda data: f"<{len(data)} bytes>")
     offset: int
     size: int | None
     eof: bool
+    etag: str | None = None
+    last_modified: str | None = None
 
     @property
     def next_offset(self) -> int:
@@ -324,6 +330,9 @@ class TextPage:
             the next page starts (the bytes of a character the page's end cut are its).
         size: the file's size in bytes where an answer showed it, else None.
         eof: `next_offset` is the end of the file.
+        etag: the ETag of the answer the bytes came from, where the data center sent one,
+            else None (as `FileRange.etag`).
+        last_modified: that answer's Last-Modified, where sent, else None.
     """
 
     text: str
@@ -331,6 +340,8 @@ class TextPage:
     next_offset: int
     size: int | None
     eof: bool
+    etag: str | None = None
+    last_modified: str | None = None
 
 
 # --- v1 -------------------------------------------------------------------------------------

@@ -148,6 +148,40 @@ token = body["data"]["sandbox_access_token"]
 assert token not in json.dumps([written, read, refused])
 """,
     ),
+    "async def run_deep_agent": (
+        "",
+        """
+from typing import Any
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, ToolMessage
+
+class Scripted(GenericFakeChatModel):  # answers from a script; binds no tools
+    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+        return self
+
+def call(name, **args):
+    return AIMessage(content="", tool_calls=[{"name": name, "args": args, "id": name}])
+
+body = portal.call(emu.create_sandbox)
+model = Scripted(messages=iter([
+    call("write_file", file_path="/home/user/plan.md", content="1. read\\n2. write\\n"),
+    call("edit_file", file_path="/home/user/plan.md", old_string="write", new_string="ship"),
+    call("read_file", file_path="/etc/shadow"),
+    "done",
+]))
+
+async def drive():
+    # create_deep_agent builds its graph synchronously (~0.15 s here, inside the block's
+    # coroutine), which -X dev's slow-callback warning would report: deepagents' own cost.
+    asyncio.get_running_loop().slow_callback_duration = 2.0
+    async with sandboxkit.Client() as client:
+        return await namespace["run_deep_agent"](client, body, model, "plan it")
+
+assert asyncio.run(drive()) == "done"
+root = emu.sandbox_root(body["data"]["sandbox_key"])
+assert (root / "home/user/plan.md").read_bytes() == b"1. read\\n2. ship\\n"
+""",
+    ),
     "def make_client": (
         "",
         """

@@ -64,6 +64,12 @@ _ADDRESS = {
     "access_token": "Client.sandbox",
     "data_plane_scheme": "Client",
 }
+_EXPECTED = {
+    "expected_sha256": "the agent tools' check before a change: the sha256 a whole read "
+    "showed (or `absent`); no SDK call takes it, the service has no conditional upload",
+    "expected_version": "the same check by the version token a page showed (its ETag or "
+    "Last-Modified)",
+}
 _PAGE_ENCODING = (
     "how the page is returned: text (decoded as UTF-8) or base64 (the raw bytes, read with "
     "`read_range`); not `read_text`'s codec, which is always UTF-8 here"
@@ -116,13 +122,20 @@ OPERATIONS: tuple[Operation, ...] = (
         "Files.upload",
         ops.FILES_UPLOAD,
         cli="files upload",
-        tools=("upload_file", "write_file"),
+        tools=("upload_file", "write_file", "edit_file"),
         also=_ADDRESS,
         tool_differs={
             **_SANDBOX,
             "content": "write_file's: the bytes themselves, as text or base64 (`source` "
             "given inline in JSON)",
-            "encoding": "write_file's: how `content` is written, text (UTF-8) or base64",
+            "encoding": "write_file's: how `content` is written, text (UTF-8) or base64; "
+            "edit_file's: the file's text encoding (utf-8, latin-1, cp1252)",
+            "old_text": "edit_file's: the exact text to replace (the file is read with "
+            "`read_range`, edited, and uploaded whole)",
+            "new_text": "edit_file's: the text put in its place",
+            "replace_all": "edit_file's: every occurrence, not exactly one",
+            "dry_run": "edit_file's: write nothing, return the unified diff",
+            **_EXPECTED,
         },
     ),
     Operation(

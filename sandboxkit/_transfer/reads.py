@@ -62,10 +62,16 @@ async def _page(
     return data, state
 
 
+def _validators(state: PageState) -> tuple[str | None, str | None]:
+    """The ETag and Last-Modified of the version the page's bytes are of, where sent."""
+    seen = state.validators
+    return (None, None) if seen is None else (seen.etag, seen.last_modified)
+
+
 async def read_range(request: Request, offset: int, length: int) -> FileRange:
     """`files.read_range` once its arguments are checked."""
     data, state = await _page(request, offset, offset + length, None)
-    return FileRange(data, offset, state.total, state.eof)
+    return FileRange(data, offset, state.total, state.eof, *_validators(state))
 
 
 async def read_text(
@@ -92,7 +98,7 @@ async def read_text(
             f"{OPERATION}: {exc} (read with errors={errors!r}; errors='replace' reads them)",
             status=state.status,
         ) from None
-    return TextPage(text, start, next_offset, state.total, eof)
+    return TextPage(text, start, next_offset, state.total, eof, *_validators(state))
 
 
 async def read_all(request: Request, max_size: int) -> bytes:

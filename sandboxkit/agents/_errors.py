@@ -42,7 +42,14 @@ class ErrorCode(enum.StrEnum):
     UNAVAILABLE = "unavailable"
     """Outage, timeout, 5xx or connection failure after the client's retries."""
     CONFLICT = "conflict"
-    """The target is not in a state that allows this (409, a file being written)."""
+    """The target is not in a state that allows this (409, a file being written), or a
+    file is no longer the version the call expected (`expected_sha256`,
+    `expected_version`): nothing was written; read it again."""
+    NO_MATCH = "no_match"
+    """`edit_file`: the old text is not in the file; nothing was written."""
+    AMBIGUOUS_MATCH = "ambiguous_match"
+    """`edit_file`: the old text is in the file more than once and `replace_all` is false;
+    nothing was written."""
     UNKNOWN_SANDBOX = "unknown_sandbox"
     """The model named a sandbox the application did not give."""
     CANCELLED = "cancelled"

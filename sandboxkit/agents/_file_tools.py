@@ -1,27 +1,36 @@
-"""`read_file` and `write_file`: a bounded page of a sandbox file, a bounded write of one.
+"""`read_file`, `write_file` and `edit_file`: a bounded page of a sandbox file, a bounded
+write of one, an exact-text edit of one.
 
 Reads are paged by byte offset: each result says where the next page starts
 (`next_offset`), whether the file ended (`eof`) and its size when the service said it. A
 text page never ends inside a UTF-8 character, so pages join into the file's text; bytes
 that are not UTF-8 read as U+FFFD. A text page holding NUL bytes is refused as binary: a
 model is better served by being told than by a page of mojibake.
+
+A page that is the whole file carries its `sha256`; any other page carries the answer's
+`version` token where the data center sends validators. `write_file` and `edit_file` take
+either back (`expected_sha256`, `expected_version`) and refuse with `conflict`, writing
+nothing, when the file changed since (see `_edits`).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 from collections.abc import Mapping
 from typing import Any
 
 import sandboxkit
 
 from ..models import FileRange, TextPage
+from . import _edits
 from ._errors import ErrorCode, ToolError, about
 from ._schema import field, integer, obj, result, string
 from ._tool import Definition, Progress, Setup
 
 __all__ = [
+    "EDIT_FILE",
     "MAX_OFFSET",
     "READ_FILE",
     "WRITE_FILE",
@@ -108,9 +117,11 @@ def _read_output(_: Setup) -> dict[str, Any]:
             "size": field("integer", nullable=True, minimum=0),
             "eof": field("boolean"),
             "content": field("string"),
+            "sha256": field("string", pattern="^[0-9a-f]{64}$"),
+            "version": field("string"),
             "hint": field("string"),
         },
-        optional=("hint",),
+        optional=("sha256", "version", "hint"),
     )
 
 
@@ -142,6 +153,11 @@ async def _read_file(setup: Setup, args: dict[str, Any], _: Progress | None) -> 
         "eof": page.eof,
         "content": content,
     }
+    whole = _whole_bytes(page, content, encoding)
+    if whole is not None:
+        result["sha256"] = hashlib.sha256(whole).hexdigest()
+    elif (version := _edits.version_of(page)) is not None:
+        result["version"] = version
     if not page.eof:
         result["hint"] = (
             f"More of the file remains: call read_file again with offset={page.next_offset}."
@@ -149,17 +165,34 @@ async def _read_file(setup: Setup, args: dict[str, Any], _: Progress | None) -> 
     return result
 
 
+def _whole_bytes(page: FileRange | TextPage, content: str, encoding: str) -> bytes | None:
+    """The file's bytes when `page` is all of them, else None. A text page holding U+FFFD
+    may stand for bytes that are no UTF-8: its bytes are not known, so neither is a hash."""
+    if page.offset != 0 or not page.eof:
+        return None
+    if isinstance(page, FileRange):
+        return page.data
+    if "\ufffd" in content:
+        return None
+    return content.encode("utf-8")
+
+
 READ_FILE = Definition(
     name="read_file",
     title="Read a file",
     description=(
-        "Read one page of a file in a sandbox, by byte offset. Returns content, offset, "
-        "next_offset, size (when known) and eof; while eof is false, call again with "
-        "offset=next_offset to read on. A page is at most length bytes: {read_page} by "
-        "default, {max_read} at most. encoding='text' decodes UTF-8 (a page never ends "
-        "inside a character; invalid bytes read as U+FFFD) and refuses binary files; "
-        "encoding='base64' returns the raw bytes. remote is relative to {root} or "
-        "absolute under it."
+        "Read one page of a file in a sandbox, by byte offset. Returns sandbox, remote, "
+        "encoding, content, offset, next_offset, size (bytes; null when unknown) and eof; "
+        "while eof is false, call again with offset=next_offset to read on (a hint says "
+        "so). A page that is the whole file (offset 0 and eof) also returns sha256 (hex, "
+        "of the file's bytes; not for a text page holding U+FFFD); any other page "
+        "returns version (an opaque token) when the data center names versions. Pass "
+        "either to write_file or edit_file as expected_sha256 or expected_version to "
+        "refuse a change to a file that changed since. A page is at most length bytes: "
+        "{read_page} by default, {max_read} at most. encoding='text' decodes UTF-8 (a "
+        "page never ends inside a character; invalid bytes read as U+FFFD) and refuses "
+        "binary files; encoding='base64' returns the raw bytes. remote is relative to "
+        "{root} or absolute under it."
     ),
     schema=_read_schema,
     output=_read_output,
@@ -184,9 +217,48 @@ def _write_schema(setup: Setup) -> dict[str, Any]:
             "encoding": _encoding(
                 "text: content is text. base64: content is base64 of the raw bytes."
             ),
+            **_expected(),
         },
         required=("sandbox", "remote", "content"),
     )
+
+
+def _expected() -> dict[str, dict[str, Any]]:
+    """The `expected_sha256` and `expected_version` arguments of a change."""
+    return {
+        "expected_sha256": string(
+            "Refuse (code conflict, nothing written) unless the file's bytes now have this "
+            "sha256: the one read_file returned with the whole file. 'absent': refuse "
+            "unless the file does not exist yet.",
+            maxLength=64,
+        ),
+        "expected_version": string(
+            "Refuse (code conflict, nothing written) unless the file is still at this "
+            "version: the token read_file returned with a page.",
+            maxLength=256,
+        ),
+    }
+
+
+async def _check_expected(
+    sandbox: sandboxkit.Sandbox, path: str, subject: str, args: Mapping[str, Any], cap: int
+) -> None:
+    """Refuse with `conflict` unless the file is the version `args` expect (if any)."""
+    sha256 = _edits.check_sha256(args.get("expected_sha256"))
+    version = args.get("expected_version")
+    if sha256 is None and version is None:
+        return
+    # A hash needs the whole file (a larger one is no file read_file hashed); a version,
+    # one byte's answer.
+    hashed = sha256 not in (None, _edits.ABSENT)
+    current = await _edits.read_current(sandbox, path, subject, cap if hashed else 0)
+    if hashed and current.data is not None and not current.whole:
+        raise ToolError(
+            ErrorCode.CONFLICT,
+            f"{subject} is over {cap} bytes now, so it is not the file expected_sha256 "
+            "names. Nothing was written. Read it again.",
+        )
+    _edits.expect(current, subject, sha256, version)
 
 
 def _content_bytes(content: str, encoding: str, cap: int) -> bytes:
@@ -227,6 +299,7 @@ def _write_output(_: Setup) -> dict[str, Any]:
             "sandbox": field("string"),
             "remote": field("string"),
             "bytes_written": field("integer", minimum=0),
+            "sha256": field("string", pattern="^[0-9a-f]{64}$"),
         }
     )
 
@@ -234,10 +307,22 @@ def _write_output(_: Setup) -> dict[str, Any]:
 async def _write_file(setup: Setup, args: dict[str, Any], _: Progress | None) -> dict[str, Any]:
     name, sandbox, path = sandbox_file(setup, args)
     data = _content_bytes(args["content"], args["encoding"], setup.limits.max_write)
+    subject = file_subject(path, name)
+    await _check_expected(sandbox, path, subject, args, _hash_cap(setup))
     hints = {ErrorCode.NOT_FOUND: "Its directory must exist first."}
-    with about(file_subject(path, name), hints):
+    with about(subject, hints):
         await sandbox.files.upload(path, data)
-    return {"sandbox": name, "remote": path, "bytes_written": len(data)}
+    return {
+        "sandbox": name,
+        "remote": path,
+        "bytes_written": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+    }
+
+
+def _hash_cap(setup: Setup) -> int:
+    """The largest file whose hash a tool may have shown: a whole page, or a write."""
+    return max(setup.limits.max_read, setup.limits.max_write)
 
 
 WRITE_FILE = Definition(
@@ -247,7 +332,10 @@ WRITE_FILE = Definition(
         "Write a whole file in a sandbox, replacing it if it exists (its directory must "
         "exist). content is text (written as UTF-8) or, with encoding='base64', base64 of "
         "raw bytes; at most {max_write} once decoded. remote is relative to {root} or "
-        "absolute under it. Returns remote and bytes_written."
+        "absolute under it. With expected_sha256 or expected_version (from read_file), "
+        "refuses with code conflict and writes nothing if the file changed since it was "
+        "read. Returns sandbox, remote, bytes_written and sha256 (hex, of the bytes "
+        "written)."
     ),
     schema=_write_schema,
     output=_write_output,
@@ -256,5 +344,106 @@ WRITE_FILE = Definition(
     read_only=False,
     destructive=True,
     idempotent=True,
+    needs="sandboxes",
+)
+
+
+def _edit_schema(setup: Setup) -> dict[str, Any]:
+    cap = setup.limits.max_write
+    return obj(
+        {
+            "sandbox": sandbox_arg(setup),
+            "remote": path_arg(setup, "The text file to edit (it must exist)"),
+            "old_text": string(
+                "The exact text to replace: whitespace, indentation and line ends as in "
+                "the file. It must occur once, unless replace_all.",
+                minLength=1,
+                maxLength=cap,
+            ),
+            "new_text": string("The text to put in its place (empty deletes it).", maxLength=cap),
+            "replace_all": {
+                "type": "boolean",
+                "description": "Replace every occurrence instead of requiring exactly one.",
+                "default": False,
+            },
+            "dry_run": {
+                "type": "boolean",
+                "description": "Write nothing; return the unified diff the edit would make.",
+                "default": False,
+            },
+            **_expected(),
+            "encoding": string(
+                "The file's text encoding.", enum=list(_edits.ENCODINGS), default="utf-8"
+            ),
+        },
+        required=("sandbox", "remote", "old_text", "new_text"),
+    )
+
+
+async def _edit_file(setup: Setup, args: dict[str, Any], _: Progress | None) -> dict[str, Any]:
+    name, sandbox, path = sandbox_file(setup, args)
+    edited = await _edits.edit_file(
+        sandbox,
+        path,
+        file_subject(path, name),
+        args["old_text"],
+        args["new_text"],
+        replace_all=args["replace_all"],
+        dry_run=args["dry_run"],
+        expected_sha256=args.get("expected_sha256"),
+        expected_version=args.get("expected_version"),
+        encoding=args["encoding"],
+        max_size=setup.limits.max_write,
+    )
+    result: dict[str, Any] = {
+        "sandbox": name,
+        "remote": path,
+        "replacements": edited.replacements,
+        "dry_run": not edited.written,
+        "bytes_written": len(edited.data) if edited.written else 0,
+        "sha256": edited.sha256,
+    }
+    if edited.diff is not None:
+        result["diff"] = edited.diff
+    return result
+
+
+def _edit_output(_: Setup) -> dict[str, Any]:
+    return result(
+        {
+            "sandbox": field("string"),
+            "remote": field("string"),
+            "replacements": field("integer", minimum=1),
+            "dry_run": field("boolean"),
+            "bytes_written": field("integer", minimum=0),
+            "sha256": field("string", pattern="^[0-9a-f]{64}$"),
+            "diff": field("string"),
+        },
+        optional=("diff",),
+    )
+
+
+EDIT_FILE = Definition(
+    name="edit_file",
+    title="Edit a file",
+    description=(
+        "Replace exact text in a text file in a sandbox: old_text must occur exactly once "
+        "(code no_match if absent, ambiguous_match if more than once), or at least once "
+        "with replace_all=true. The file is read whole (at most {max_write}) in "
+        "encoding (utf-8 by default). dry_run=true writes nothing and returns diff, the "
+        "unified diff the edit would make. With expected_sha256 or expected_version (from "
+        "read_file), refuses with code conflict if the file changed since it was read. "
+        "Every refusal writes nothing. Returns sandbox, remote, replacements (how many), "
+        "dry_run, bytes_written (0 on a dry run), sha256 (hex, of the new content: pass "
+        "it as expected_sha256 to a next edit) and, on a dry run, diff. remote is "
+        "relative to {root} or absolute under it."
+    ),
+    schema=_edit_schema,
+    output=_edit_output,
+    renamed={"path": "remote"},
+    run=_edit_file,
+    read_only=False,
+    destructive=True,
+    idempotent=False,
     needs="sandboxes",
 )

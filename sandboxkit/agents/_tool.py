@@ -46,7 +46,8 @@ class ToolLimits:
     Args:
         read_page: bytes `read_file` returns when the model gives no `length` (64 KiB).
         max_read: the largest `length` `read_file` accepts (1 MiB).
-        max_write: the largest file `write_file` writes, in bytes (1 MiB).
+        max_write: the largest file `write_file` writes, and `edit_file` reads and writes,
+            in bytes (1 MiB).
         max_copy: the largest file `upload_file` or `download_file` copies (1 GiB).
         max_log_page: the most log entries `read_build_logs` returns at once (200).
         max_log_line: characters kept of one log message; longer ones are cut (8192).

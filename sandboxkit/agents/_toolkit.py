@@ -26,7 +26,7 @@ from ._build_tools import GET_BUILD, LIST_BUILDS, READ_BUILD_LOGS, WAIT_FOR_BUIL
 from ._copies import Copies, CopyHandles
 from ._copy_tools import CANCEL_COPY, COPY_STATUS, DOWNLOAD_FILE, UPLOAD_FILE
 from ._errors import ErrorCode, ToolError
-from ._file_tools import READ_FILE, WRITE_FILE
+from ._file_tools import EDIT_FILE, READ_FILE, WRITE_FILE
 from ._paths import check_root
 from ._schema import field, obj, result, validate
 from ._template_tools import CREATE_TEMPLATE
@@ -78,6 +78,7 @@ DEFINITIONS: tuple[Definition, ...] = (
     LIST_SANDBOXES,
     READ_FILE,
     WRITE_FILE,
+    EDIT_FILE,
     UPLOAD_FILE,
     DOWNLOAD_FILE,
     COPY_STATUS,

@@ -272,7 +272,9 @@ class Files:
             retry: per-call retry policy.
 
         Returns:
-            A `FileRange(data, offset, size, eof)`; `next_offset` is `offset + len(data)`.
+            A `FileRange(data, offset, size, eof, etag, last_modified)`; `next_offset` is
+            `offset + len(data)`; `etag` and `last_modified` are the answer's validators
+            (None where the data center sends none), which name the file's version.
 
         Raises:
             ValidationError: a bad remote path, `offset` not an integer >= 0, `length` not
@@ -335,7 +337,7 @@ class Files:
             retry: per-call retry policy.
 
         Returns:
-            A `TextPage(text, offset, next_offset, size, eof)`.
+            A `TextPage(text, offset, next_offset, size, eof, etag, last_modified)`.
 
         Raises:
             ValidationError: a bad remote path, offset, length or max_size, both `length`

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import base64
+import hashlib
 import json
 import logging
 import random
@@ -30,6 +31,7 @@ ALL_TOOLS = [
     "list_sandboxes",
     "read_file",
     "write_file",
+    "edit_file",
     "upload_file",
     "download_file",
     "create_template",
@@ -43,6 +45,7 @@ HINTS = {
     "list_sandboxes": (True, False, True),
     "read_file": (True, False, True),
     "write_file": (False, True, True),
+    "edit_file": (False, True, False),
     "upload_file": (False, True, True),
     "download_file": (False, True, True),
     "create_template": (False, False, False),
@@ -91,7 +94,8 @@ def test_every_tool_has_a_closed_object_schema_and_its_hints(kit: Toolkit) -> No
         assert schema["additionalProperties"] is False
         assert set(schema["required"]) <= set(schema["properties"])
         for name, rule in schema["properties"].items():
-            assert rule.get("type") in {"string", "integer", "number", "array", "object"}, name
+            types = {"string", "integer", "number", "boolean", "array", "object"}
+            assert rule.get("type") in types, name
             assert rule["description"], name
         assert (tool.read_only, tool.destructive, tool.idempotent) == HINTS[tool.name]
         assert tool.open_world is False
@@ -279,7 +283,12 @@ async def test_read_limits_are_enforced_before_any_request(
 async def test_write_then_read_back(kit: Toolkit, box: Box) -> None:
     """Text and base64 writes land as their bytes and read back the same."""
     written = await call(kit, "write_file", sandbox="dev", path="out/../w.txt", content="hé\n")
-    assert written == {"sandbox": "dev", "remote": "/home/user/w.txt", "bytes_written": 4}
+    assert written == {
+        "sandbox": "dev",
+        "remote": "/home/user/w.txt",
+        "bytes_written": 4,
+        "sha256": hashlib.sha256("hé\n".encode()).hexdigest(),
+    }
     assert box.get("/home/user/w.txt") == "hé\n".encode()
     read = await call(kit, "read_file", sandbox="dev", path="w.txt")
     assert read["content"] == "hé\n"

@@ -400,8 +400,8 @@ def test_the_start_line_names_the_tools_served_and_those_off_with_why(tmp_path: 
     served = [tool.name for tool in toolkit.tools]
     line = start_line(served, toolkit.absent, "stdio", "dev, ci")
     assert line == (
-        "serving 3 tools on stdio for sandboxes dev, ci: list_sandboxes, read_file, "
-        "write_file; off: upload_file, download_file, copy_status, cancel_copy (no workspace "
-        "configured); create_template, list_builds, get_build, read_build_logs, "
+        "serving 4 tools on stdio for sandboxes dev, ci: list_sandboxes, read_file, "
+        "write_file, edit_file; off: upload_file, download_file, copy_status, cancel_copy "
+        "(no workspace configured); create_template, list_builds, get_build, read_build_logs, "
         "wait_for_build (template tools off)"
     )

@@ -133,8 +133,11 @@ async def test_every_tool_answers_what_its_output_schema_says(
 
         await call("list_sandboxes")
         await call("write_file", sandbox="dev", remote="notes.txt", content="héllo\n" * 10)
-        await call("read_file", sandbox="dev", remote="notes.txt")
+        whole = await call("read_file", sandbox="dev", remote="notes.txt")
         assert "hint" in await call("read_file", sandbox="dev", remote="notes.txt", length=8)
+        edit = {"sandbox": "dev", "remote": "notes.txt", "old_text": "héllo", "new_text": "hi"}
+        assert "diff" in await call("edit_file", **edit, replace_all=True, dry_run=True)
+        await call("edit_file", **edit, replace_all=True, expected_sha256=whole["sha256"])
         await call("upload_file", sandbox="dev", source="in.bin", remote="copy.bin")
         await call("download_file", sandbox="dev", remote="remote.bin", dest="out.bin")
         created = await call(

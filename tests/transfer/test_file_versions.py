@@ -474,3 +474,21 @@ def test_the_sidecar_follows_a_new_version_of_the_same_size(tmp_path: Path) -> N
         assert json.loads(sidecar.read_text())["etag"] == '"v1"'
     finally:
         opened.handle.close()
+
+
+@pytest.mark.parametrize("mode", ["rfc", "last-modified", "none"])
+async def test_a_page_names_the_version_its_bytes_are_of(tmp_path: Path, mode: Mode) -> None:
+    """`read_range` and `read_text` carry the answer's ETag and Last-Modified (None where the
+    server sends none): what the agent kit's version token is made of."""
+    target, _ = paths(tmp_path)
+    place(target, b"hello, versions\n", OLD_MTIME)
+    async with serving(tmp_path / "remote", mode) as server, client_of(server.port) as client:
+        files = sandbox(client, server.domain).files
+        page = await files.read_range(REMOTE, 0, 5)
+        text = await files.read_text(REMOTE, 7, 8)
+    first, second = server.seen
+    assert (page.data, text.text) == (b"hello", "versions")
+    assert (page.etag, page.last_modified) == (first.etag, first.last_modified)
+    assert (text.etag, text.last_modified) == (second.etag, second.last_modified)
+    assert (page.etag is None) is (mode != "rfc")
+    assert (page.last_modified is None) is (mode == "none")
