@@ -363,7 +363,7 @@ def test_the_mcp_config_example_loads_and_the_client_entry_starts_it(tmp_path: P
     }
     config = load_config(tmp_path / "mcp.toml", env)
     assert config.http_token == bearer and bearer not in repr(config)
-    assert [entry.name for entry in config.sandboxes] == ["main"]
+    assert list(config.sandboxes) == ["main"]
     assert config.templates is False and config.limits.max_copy == 100 << 20
     assert config.workspace == tmp_path / "agent-files"
     assert "sat-readme" not in repr(config) and "sk-readme" not in repr(config)

@@ -38,6 +38,7 @@ from typing import Any
 
 import attrs
 
+from sandboxkit import SandboxRef
 from sandboxkit._core import environment as env
 from sandboxkit.client import Client
 from sandboxkit.errors import ValidationError
@@ -47,7 +48,6 @@ from . import CopyHandles, Toolkit, ToolLimits
 __all__ = [
     "ConfigError",
     "McpConfig",
-    "SandboxEntry",
     "load_config",
     "toolkit_from_config",
 ]
@@ -81,28 +81,12 @@ class ConfigError(Exception):
 
 
 @attrs.frozen
-class SandboxEntry:
-    """One sandbox the server offers, under the name the model uses.
-
-    Args:
-        name: the name tools take (`sandbox` argument).
-        sandbox_key: the sandbox's key.
-        domain: its data-plane domain (may carry a port).
-        access_token: its data-plane token (never shown in a repr).
-    """
-
-    name: str
-    sandbox_key: str
-    domain: str
-    access_token: str = attrs.field(repr=False)
-
-
-@attrs.frozen
 class McpConfig:
     """What `sandboxkit mcp` serves, resolved from the file and the environment.
 
     Args:
-        sandboxes: the sandboxes, in the file's order.
+        sandboxes: each sandbox's address (`SandboxRef`, the SDK's one address type) under
+            the name tools take (`sandbox` argument), in the file's order.
         base_url: the console's URL; None: the control plane is unused (templates off).
         api_key: the console's key (never shown in a repr); None as for `base_url`.
         data_plane_scheme: "http" or "https"; None: the SDK's default and environment.
@@ -115,7 +99,7 @@ class McpConfig:
             None: none configured.
     """
 
-    sandboxes: tuple[SandboxEntry, ...]
+    sandboxes: Mapping[str, SandboxRef]
     base_url: str | None
     api_key: str | None = attrs.field(repr=False)
     data_plane_scheme: str | None
@@ -128,7 +112,7 @@ class McpConfig:
 
     def secrets(self) -> tuple[str, ...]:
         """Every credential held, for scrubbing text that leaves the process."""
-        found = [s.access_token for s in self.sandboxes]
+        found = [ref.access_token for ref in self.sandboxes.values()]
         if self.api_key:
             found.append(self.api_key)
         if self.http_token:
@@ -294,14 +278,14 @@ class _Reader:
             )
         return token
 
-    def sandboxes(self, raw: object) -> tuple[SandboxEntry, ...]:
+    def sandboxes(self, raw: object) -> dict[str, SandboxRef]:
         if raw is None or raw == {}:
             raise self.fail("no sandboxes: add a [sandboxes.NAME] table")
         if not isinstance(raw, Mapping):
             raise self.fail("sandboxes must be tables: [sandboxes.NAME]")
-        return tuple(self.sandbox(name, entry) for name, entry in raw.items())
+        return {name: self.sandbox(name, entry) for name, entry in raw.items()}
 
-    def sandbox(self, name: str, entry: object) -> SandboxEntry:
+    def sandbox(self, name: str, entry: object) -> SandboxRef:
         at = f"sandboxes.{name}"
         if not _NAME.match(name):
             raise self.fail(f"sandbox name {name!r}: letters, digits, '_', '.', '-' (<= 64)")
@@ -323,7 +307,7 @@ class _Reader:
             token, self.inline = inline.strip(), True
         else:
             raise self.fail(f"{at}.access_token must be a non-empty string")
-        return SandboxEntry(name=name, sandbox_key=key, domain=domain, access_token=token)
+        return SandboxRef(sandbox_key=key, domain=domain, access_token=token)
 
     def workspace(self, table: Mapping[str, Any], base: Path) -> Path | None:
         value = self.text(table, "workspace")
@@ -386,13 +370,11 @@ def toolkit_from_config(
     except ValidationError as exc:
         raise ConfigError(f"configuration: {_one_line(exc, config)}") from None
     sandboxes = {}
-    for entry in config.sandboxes:
+    for name, ref in config.sandboxes.items():
         try:
-            sandboxes[entry.name] = client.sandbox(
-                sandbox_key=entry.sandbox_key, domain=entry.domain, access_token=entry.access_token
-            )
+            sandboxes[name] = client.sandbox(ref)
         except ValidationError as exc:
-            raise ConfigError(f"sandboxes.{entry.name}: {_one_line(exc, config)}") from None
+            raise ConfigError(f"sandboxes.{name}: {_one_line(exc, config)}") from None
     try:
         toolkit = Toolkit(
             client,

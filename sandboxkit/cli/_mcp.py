@@ -201,7 +201,7 @@ def mcp(settings: Settings, config_path: str | None, transport: str, host: str, 
             err=True,
         )
     _log_to_stderr(settings.debug)
-    names = ", ".join(s.name for s in config.sandboxes)
+    names = ", ".join(config.sandboxes)
     # With --port 0 the port is known once bound: uvicorn's own line tells it.
     where = "stdio"
     if transport == "http":

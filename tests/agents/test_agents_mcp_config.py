@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+import sandboxkit
 from sandboxkit.agents import ToolLimits
 from sandboxkit.agents._mcp_config import ConfigError, McpConfig, load_config, toolkit_from_config
 from sandboxkit.cli import cli
@@ -63,8 +64,9 @@ def test_a_good_file_gives_frozen_values_that_hide_tokens(tmp_path: Path) -> Non
     limits become ToolLimits, and no repr shows a token."""
     (tmp_path / "ws").mkdir()
     config = load_config(write(tmp_path, GOOD), ENV)
-    assert [s.name for s in config.sandboxes] == ["dev", "ci"]
-    assert [s.access_token for s in config.sandboxes] == [SECRET, "inline-ci-token"]
+    assert list(config.sandboxes) == ["dev", "ci"]
+    assert [ref.access_token for ref in config.sandboxes.values()] == [SECRET, "inline-ci-token"]
+    assert all(type(ref) is sandboxkit.SandboxRef for ref in config.sandboxes.values())
     assert config.workspace == (tmp_path / "ws").resolve()
     assert config.root == "/home/user/project"
     assert config.data_plane_scheme == "http"
@@ -116,12 +118,10 @@ def test_no_file_serves_the_sandbox_the_environment_names(tmp_path: Path) -> Non
         "SANDBOXKIT_BASE_URL": "http://127.0.0.1:1",
     }
     config = load_config(None, env)
-    [entry] = config.sandboxes
-    assert (entry.name, entry.sandbox_key, entry.domain) == ("default", "sbx-1", "localhost:9")
-    assert entry.access_token == SECRET
+    assert config.sandboxes == {"default": sandboxkit.SandboxRef("sbx-1", "localhost:9", SECRET)}
     file = write(tmp_path, GOOD.replace('workspace = "ws"', ""))
     from_env = load_config(None, {**ENV, "SANDBOXKIT_MCP_CONFIG": str(file)})
-    assert [s.name for s in from_env.sandboxes] == ["dev", "ci"]
+    assert list(from_env.sandboxes) == ["dev", "ci"]
 
 
 SANDBOX = """
@@ -184,9 +184,8 @@ def test_an_unreadable_path_is_one_line(tmp_path: Path) -> None:
 
 def test_a_sandbox_the_sdk_refuses_is_a_config_error(tmp_path: Path) -> None:
     """A domain the SDK refuses fails before serving, naming the sandbox, not the token."""
-    config = load_config(write(tmp_path, "templates = false\n" + SANDBOX), ENV)
     bad = McpConfig(
-        sandboxes=(type(config.sandboxes[0])("dev", "sbx/dev", "example.com", SECRET),),
+        sandboxes={"dev": sandboxkit.SandboxRef("sbx/dev", "example.com", SECRET)},
         base_url=None,
         api_key=None,
         data_plane_scheme=None,
