@@ -1,0 +1,77 @@
+"""What the framework adapters share: each imports its own framework, and only when it is
+imported; `import sandboxkit.agents` imports none."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+
+import pytest
+
+from sandboxkit.agents import ErrorCode, ToolError
+from sandboxkit.agents._adapter import Answer, arguments_from_json
+
+# Each adapter module and the top-level packages of its framework.
+FRAMEWORKS = {
+    "openai_agents": ("agents", "openai"),
+    "langchain": ("langchain_core", "langsmith"),
+    "pydantic_ai": ("pydantic_ai", "pydantic_graph"),
+}
+EVERY = sorted({name for names in FRAMEWORKS.values() for name in names} | {"pydantic"})
+
+_LOADED = """
+import sys
+{imports}
+frameworks = {every!r}
+print(sorted(m for m in sys.modules if m.split(".")[0] in frameworks))
+"""
+
+
+def loaded(*imports: str) -> list[str]:
+    """The framework packages in `sys.modules` of a fresh interpreter after `imports`."""
+    code = _LOADED.format(imports="\n".join(imports), every=EVERY)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    return sorted({name.split(".")[0] for name in ast.literal_eval(done.stdout)})
+
+
+def test_import_sandboxkit_agents_imports_no_framework() -> None:
+    """`import sandboxkit.agents` (and making a Toolkit's names) loads no agent framework."""
+    assert loaded("import sandboxkit.agents", "from sandboxkit.agents import Toolkit") == []
+
+
+@pytest.mark.parametrize("adapter", list(FRAMEWORKS))
+def test_each_adapter_imports_its_own_framework_only(adapter: str) -> None:
+    """Importing one adapter loads its framework and none of the others'."""
+    got = set(loaded(f"import sandboxkit.agents.{adapter}"))
+    assert set(FRAMEWORKS[adapter][:1]) <= got
+    others = {n for a, names in FRAMEWORKS.items() if a != adapter for n in names[:1]}
+    assert not got & others, got
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [('{"a": 1}', {"a": 1}), ("", None), ("  ", None), ("[1]", [1]), ("null", None)],
+)
+def test_arguments_from_json(text: str, expected: object) -> None:
+    """A model's JSON text is parsed as it is; empty text stands for no arguments."""
+    assert arguments_from_json(text) == expected
+
+
+@pytest.mark.parametrize("text", ["{nope", "[" * 100_000, "\ud800"])
+def test_arguments_that_are_no_json_are_invalid_argument(text: str) -> None:
+    """Text that is not JSON (cut, nested past the parser's depth) is `invalid_argument`."""
+    with pytest.raises(ToolError) as caught:
+        arguments_from_json(text)
+    assert caught.value.code is ErrorCode.INVALID_ARGUMENT
+
+
+def test_an_answer_is_compact_json_keeping_characters() -> None:
+    """The text a model is shown: compact JSON, non-ASCII as it is; an error under "error"."""
+    assert Answer({"content": "héllo"}, failed=False).text == '{"content":"héllo"}'
+    failed = Answer.of_error(ToolError(ErrorCode.NOT_FOUND, "gone"))
+    assert failed.failed
+    assert failed.text == '{"error":{"code":"not_found","message":"gone","retryable":false}}'
