@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agents import FunctionTool
+from agents import Tool as AgentsTool
 from agents.tool_context import ToolContext
 
 from ._adapter import Answer, answer, arguments_from_json
@@ -115,8 +116,9 @@ def _function_tool(kit: Toolkit, tool: Tool) -> FunctionTool:
     )
 
 
-def function_tools(kit: Toolkit) -> list[FunctionTool]:
-    """Each tool of `kit` as an OpenAI Agents SDK `FunctionTool`, for `Agent(tools=...)`.
+def function_tools(kit: Toolkit) -> list[AgentsTool]:
+    """Each tool of `kit` as an OpenAI Agents SDK `FunctionTool`, for `Agent(tools=...)`
+    (typed as the SDK's `Tool`, which `Agent(tools=...)` takes a list of).
 
     Strict where the tool's schema has a strict form that says the same, else marked
     non-strict (module docstring). A failure is the tool's output, `{"error": {"code",
