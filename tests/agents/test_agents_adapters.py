@@ -6,11 +6,16 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
+import sandboxkit
 from sandboxkit.agents import ErrorCode, ToolError
-from sandboxkit.agents._adapter import Answer, arguments_from_json
+from sandboxkit.agents._adapter import Answer, answer, arguments_from_json
+from sandboxkit.emulator import Emulator
+
+from ..agents_adapters_support import stage
 
 # Each adapter module and the top-level packages of its framework.
 FRAMEWORKS = {
@@ -75,3 +80,23 @@ def test_an_answer_is_compact_json_keeping_characters() -> None:
     failed = Answer.of_error(ToolError(ErrorCode.NOT_FOUND, "gone"))
     assert failed.failed
     assert failed.text == '{"error":{"code":"not_found","message":"gone","retryable":false}}'
+
+
+@pytest.mark.parametrize(
+    ("arguments", "said"),
+    [
+        ({"sandbox": "dev", "remote": "a", "content": "x", "z\ud800": 1}, "Argument z\\ud800:"),
+        ({"sandbox": "dev", "remote": "a", "content": "x", "k" * 10_000: 1}, "Argument kkk"),
+        ([1, 2], "The arguments: must be an object"),
+    ],
+)
+async def test_a_hostile_argument_name_is_quoted_sendable_and_short(
+    emulator: Emulator, emulator_client: sandboxkit.Client, arguments: Any, said: str
+) -> None:
+    """An unknown argument's name comes back escaped (a lone surrogate is no UTF-8, which a
+    framework would fail to send) and cut short; no arguments object is "The arguments"."""
+    scene = await stage(emulator, emulator_client)
+    done = await answer(scene.kit, "write_file", arguments)
+    assert done.failed and done.content["error"]["code"] == "invalid_argument"
+    assert done.text.encode("utf-8") and len(done.text) < 400, done.text
+    assert done.content["error"]["message"].startswith(said), done.content
