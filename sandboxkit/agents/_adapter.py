@@ -11,6 +11,7 @@ Imports no framework: each adapter imports its own, and only when it is imported
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 from collections.abc import Mapping
@@ -19,10 +20,10 @@ from typing import Any
 import attrs
 
 from ._errors import ErrorCode, ToolError
-from ._tool import Progress
+from ._tool import Progress, Tool
 from ._toolkit import Toolkit, _where
 
-__all__ = ["Answer", "answer", "arguments_from_json"]
+__all__ = ["Answer", "answer", "arguments_from_json", "schema_of"]
 
 logger = logging.getLogger("sandboxkit.agents")
 
@@ -52,6 +53,12 @@ class Answer:
     def text(self) -> str:
         """`content` as the JSON text a model is shown (the MCP server's form too)."""
         return json.dumps(self.content, ensure_ascii=False, separators=(",", ":"))
+
+
+def schema_of(tool: Tool) -> dict[str, Any]:
+    """A copy of `tool`'s input schema for a framework to keep: `Toolkit.call` checks
+    arguments against the tool's own, which nothing a framework does may change."""
+    return copy.deepcopy(dict(tool.input_schema))
 
 
 def arguments_from_json(text: str) -> Any:

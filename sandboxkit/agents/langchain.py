@@ -31,7 +31,7 @@ from typing import Any, NoReturn
 from langchain_core.tools import BaseTool, ToolException
 from pydantic import ConfigDict, Field
 
-from ._adapter import answer
+from ._adapter import answer, schema_of
 from ._toolkit import Toolkit
 
 __all__ = ["tools"]
@@ -68,7 +68,7 @@ def tools(kit: Toolkit) -> list[BaseTool]:
         _KitTool(
             name=tool.name,
             description=tool.description,
-            args_schema=dict(tool.input_schema),
+            args_schema=schema_of(tool),
             kit=kit,
         )
         for tool in kit.tools

@@ -31,7 +31,7 @@ from agents import FunctionTool
 from agents import Tool as AgentsTool
 from agents.tool_context import ToolContext
 
-from ._adapter import Answer, answer, arguments_from_json
+from ._adapter import Answer, answer, arguments_from_json, schema_of
 from ._errors import ToolError
 from ._tool import Tool
 from ._toolkit import Toolkit
@@ -95,8 +95,8 @@ def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def _function_tool(kit: Toolkit, tool: Tool) -> FunctionTool:
-    schema = dict(tool.input_schema)
-    strict = strict_schema(schema)
+    schema = schema_of(tool)
+    strict = strict_schema(schema_of(tool))
 
     async def invoke(_: ToolContext[Any], text: str) -> str:
         try:

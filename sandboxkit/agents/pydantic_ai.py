@@ -28,7 +28,7 @@ from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
 from pydantic_core import SchemaValidator, core_schema
 
-from ._adapter import answer
+from ._adapter import answer, schema_of
 from ._tool import Tool
 from ._toolkit import Toolkit
 
@@ -45,7 +45,7 @@ def _definition(tool: Tool) -> ToolDefinition:
     return ToolDefinition(
         name=tool.name,
         description=tool.description,
-        parameters_json_schema=dict(tool.input_schema),
+        parameters_json_schema=schema_of(tool),
         metadata={
             "annotations": {
                 "title": tool.title,

@@ -4,6 +4,7 @@ imported; `import sandboxkit.agents` imports none."""
 from __future__ import annotations
 
 import ast
+import copy
 import subprocess
 import sys
 from typing import Any
@@ -100,3 +101,31 @@ async def test_a_hostile_argument_name_is_quoted_sendable_and_short(
     assert done.failed and done.content["error"]["code"] == "invalid_argument"
     assert done.text.encode("utf-8") and len(done.text) < 400, done.text
     assert done.content["error"]["message"].startswith(said), done.content
+
+
+async def test_a_framework_changing_a_schema_it_was_given_changes_no_tool(
+    emulator: Emulator, emulator_client: sandboxkit.Client
+) -> None:
+    """Each adapter gives its framework a copy of every schema: changing it (as a schema
+    transformer may) leaves what `Toolkit.call` checks as it was."""
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelResponse, TextPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    from sandboxkit.agents import langchain, openai_agents, pydantic_ai
+
+    scene = await stage(emulator, emulator_client)
+    before = [copy.deepcopy(dict(tool.input_schema)) for tool in scene.kit.tools]
+    shown: list[Any] = [t.params_json_schema for t in openai_agents.function_tools(scene.kit)]
+    shown += [t.args_schema for t in langchain.tools(scene.kit)]
+
+    def respond(messages: Any, info: AgentInfo) -> ModelResponse:
+        shown.extend(d.parameters_json_schema for d in info.function_tools)
+        return ModelResponse(parts=[TextPart("ok")])
+
+    await Agent(FunctionModel(respond), toolsets=[pydantic_ai.toolset(scene.kit)]).run("hi")
+    assert len(shown) == 3 * len(before)
+    for schema in shown:
+        schema["properties"].clear()
+        schema["required"].append("nothing")
+    assert [dict(tool.input_schema) for tool in scene.kit.tools] == before
