@@ -301,3 +301,20 @@ async def test_an_unexpected_failure_is_an_internal_output_without_its_text(
     assert output["error"]["code"] == "internal" and output["error"]["retryable"] is False
     assert scene.secrets[0] not in text and scene.secrets[0] not in caplog.text
     assert "RuntimeError" in caplog.text
+
+
+async def test_the_sdk_s_responses_model_sends_them_strict(
+    emulator: Emulator, emulator_client: sandboxkit.Client
+) -> None:
+    """What the SDK's own OpenAI Responses model would send: every tool with `strict`
+    true and our strict schema as its parameters, but create_template, sent non-strict."""
+    from agents.models.openai_responses import Converter
+
+    scene = await stage(emulator, emulator_client)
+    converted = Converter.convert_tools(function_tools(scene.kit), handoffs=[])
+    sent = {tool["name"]: tool for tool in converted.tools if tool["type"] == "function"}
+    assert list(sent) == [tool.name for tool in scene.kit.tools]
+    for tool in scene.kit.tools:
+        strict = strict_schema(tool.input_schema)
+        assert sent[tool.name]["strict"] is (strict is not None), tool.name
+        assert sent[tool.name]["parameters"] == (strict or tool.input_schema), tool.name
