@@ -182,6 +182,166 @@ root = emu.sandbox_root(body["data"]["sandbox_key"])
 assert (root / "home/user/plan.md").read_bytes() == b"1. read\\n2. ship\\n"
 """,
     ),
+    # The three adapters' blocks, each driven by its framework's own scripted model: the
+    # model writes a file, reads it back and asks for a path outside the root.
+    "async def ask_openai_agent": (
+        "",
+        """
+import json
+from agents import Model, ModelResponse, Usage, set_tracing_disabled
+from openai.types.responses import (
+    ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
+)
+from sandboxkit.agents import Toolkit
+
+set_tracing_disabled(True)  # no trace exporter reaching for the network
+STEPS = [
+    ("write_file", {"sandbox": "dev", "remote": "hi.txt", "content": "hi", "encoding": None}),
+    ("read_file", {"sandbox": "dev", "remote": "hi.txt", "offset": None, "length": None,
+                   "encoding": None}),
+    ("read_file", {"sandbox": "dev", "remote": "../../etc/passwd", "offset": None,
+                   "length": None, "encoding": None}),
+]
+
+class Scripted(Model):
+    def __init__(self):
+        self.inputs = []
+
+    async def get_response(self, system_instructions, input, *args, **kwargs):
+        self.inputs.append(input)
+        turn = len(self.inputs) - 1
+        if turn < len(STEPS):
+            name, arguments = STEPS[turn]
+            item = ResponseFunctionToolCall(
+                id=f"fc{turn}", call_id=f"c{turn}", type="function_call", name=name,
+                arguments=json.dumps(arguments),
+            )
+        else:
+            text = ResponseOutputText(text="done", type="output_text", annotations=[])
+            item = ResponseOutputMessage(
+                id="m", type="message", role="assistant", status="completed", content=[text]
+            )
+        return ModelResponse(output=[item], usage=Usage(), response_id=None)
+
+    def stream_response(self, *args, **kwargs):
+        raise NotImplementedError
+
+body = portal.call(emu.create_sandbox)
+model = Scripted()
+
+async def drive():
+    async with sandboxkit.Client() as client:
+        kit = Toolkit(client, {"dev": client.sandbox_from_response(body)})
+        return await namespace["ask_openai_agent"](kit, model, "write hi.txt")
+
+assert asyncio.run(drive()) == "done"
+root = emu.sandbox_root(body["data"]["sandbox_key"])
+assert (root / "home/user/hi.txt").read_bytes() == b"hi"
+outputs = [
+    json.loads(i["output"]) for i in model.inputs[-1] if i.get("type") == "function_call_output"
+]
+assert outputs[1]["content"] == "hi", outputs
+assert outputs[2]["error"]["code"] == "invalid_path", outputs
+assert body["data"]["sandbox_access_token"] not in json.dumps(model.inputs, default=str)
+""",
+    ),
+    "async def ask_langchain_model": (
+        "",
+        """
+import json
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from sandboxkit.agents import Toolkit
+
+STEPS = [
+    ("write_file", {"sandbox": "dev", "remote": "hi.txt", "content": "hi"}),
+    ("read_file", {"sandbox": "dev", "remote": "hi.txt"}),
+    ("read_file", {"sandbox": "dev", "remote": "../../etc/passwd"}),
+]
+
+class Scripted(BaseChatModel):
+    turns: int = 0
+
+    @property
+    def _llm_type(self):
+        return "scripted"
+
+    def bind_tools(self, tools, **kwargs):
+        return self
+
+    def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+        self.turns += 1
+        if self.turns <= len(STEPS):
+            name, args = STEPS[self.turns - 1]
+            call = {"name": name, "args": args, "id": f"c{self.turns}", "type": "tool_call"}
+            reply = AIMessage(content="", tool_calls=[call])
+        else:
+            reply = AIMessage(content="done")
+        return ChatResult(generations=[ChatGeneration(message=reply)])
+
+body = portal.call(emu.create_sandbox)
+
+async def drive():
+    async with sandboxkit.Client() as client:
+        kit = Toolkit(client, {"dev": client.sandbox_from_response(body)})
+        return await namespace["ask_langchain_model"](kit, Scripted(), "write hi.txt")
+
+messages = asyncio.run(drive())
+assert messages[-1].content == "done"
+root = emu.sandbox_root(body["data"]["sandbox_key"])
+assert (root / "home/user/hi.txt").read_bytes() == b"hi"
+answers = [m for m in messages if isinstance(m, ToolMessage)]
+assert [m.status for m in answers] == ["success", "success", "error"], answers
+assert json.loads(answers[1].content)["content"] == "hi"
+assert json.loads(answers[2].content)["error"]["code"] == "invalid_path"
+""",
+    ),
+    "async def ask_pydantic_agent": (
+        "",
+        """
+import json
+
+# Pydantic AI loads its price table (genai_prices.data, about 0.2 s) on an agent's first run,
+# inside the loop: loaded first, as an application would at start, or dev mode notes a slow
+# step.
+import genai_prices.data
+from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.models.function import FunctionModel
+from sandboxkit.agents import Toolkit
+
+STEPS = [
+    ("write_file", {"sandbox": "dev", "remote": "hi.txt", "content": "hi"}),
+    ("read_file", {"sandbox": "dev", "remote": "hi.txt"}),
+    ("read_file", {"sandbox": "dev", "remote": "../../etc/passwd"}),
+]
+seen = []
+
+def scripted(messages, info):
+    seen[:] = messages
+    turn = sum(isinstance(m, ModelResponse) for m in messages)
+    if turn < len(STEPS):
+        name, args = STEPS[turn]
+        return ModelResponse(parts=[ToolCallPart(name, args, tool_call_id=f"c{turn}")])
+    return ModelResponse(parts=[TextPart("done")])
+
+body = portal.call(emu.create_sandbox)
+
+async def drive():
+    async with sandboxkit.Client() as client:
+        kit = Toolkit(client, {"dev": client.sandbox_from_response(body)})
+        return await namespace["ask_pydantic_agent"](kit, FunctionModel(scripted), "write hi.txt")
+
+assert asyncio.run(drive()) == "done"
+root = emu.sandbox_root(body["data"]["sandbox_key"])
+assert (root / "home/user/hi.txt").read_bytes() == b"hi"
+answers = [
+    p.content for m in seen for p in getattr(m, "parts", []) if isinstance(p, ToolReturnPart)
+]
+assert answers[1]["content"] == "hi", answers
+assert answers[2]["error"]["code"] == "invalid_path", answers
+""",
+    ),
     "def make_client": (
         "",
         """

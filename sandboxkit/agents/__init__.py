@@ -21,6 +21,10 @@ Example::
         except ToolError as error:
             result = {"error": error.to_json()}
 
+The tools as an agent framework's own: `openai_agents.function_tools(kit)`,
+`langchain.tools(kit)`, `pydantic_ai.toolset(kit)`, each module importing its framework only
+when it is imported (this package imports none).
+
 `import sandboxkit` never imports this package; it loads only as `sandboxkit.agents`.
 """
 

@@ -148,8 +148,18 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _place(where: str) -> str:
+    """Where in the arguments a rule was broken, for a message. A model chose the keys: a
+    lone surrogate (no UTF-8, which a framework fails to send on) is shown escaped, and a
+    long path cut."""
+    if not where:
+        return "The arguments"
+    shown = where.encode("utf-8", "backslashreplace").decode("utf-8")
+    return f"Argument {shown if len(shown) <= 80 else shown[:77] + '...'}"
+
+
 def _fail(where: str, rule: str, value: Any) -> ToolError:
-    return ToolError(ErrorCode.INVALID_ARGUMENT, f"Argument {where}: {rule} (got {_shown(value)}).")
+    return ToolError(ErrorCode.INVALID_ARGUMENT, f"{_place(where)}: {rule} (got {_shown(value)}).")
 
 
 def _number(schema: Mapping[str, Any], value: Any, where: str) -> int | float:
