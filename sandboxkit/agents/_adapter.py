@@ -19,9 +19,9 @@ from typing import Any
 
 import attrs
 
-from ._errors import ErrorCode, ToolError
+from ._errors import ErrorCode, ToolError, where_raised
 from ._tool import Progress, Tool
-from ._toolkit import Toolkit, _where
+from ._toolkit import Toolkit
 
 __all__ = ["Answer", "answer", "arguments_from_json", "schema_of"]
 
@@ -95,7 +95,7 @@ async def answer(
     except Exception as exc:
         # `Toolkit.call` makes every failure a ToolError: this is a bug of ours, for the
         # application's developers (its type and place, never its text), not the model.
-        logger.error("tool %s: unexpected %s", name, _where(exc))
+        logger.error("tool %s: unexpected %s", name, where_raised(exc))
         return Answer.of_error(
             ToolError(
                 ErrorCode.INTERNAL,

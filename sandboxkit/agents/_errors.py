@@ -14,12 +14,13 @@ from __future__ import annotations
 import contextlib
 import enum
 import errno
+import traceback
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from .. import errors
 
-__all__ = ["ErrorCode", "ToolError", "about", "translate"]
+__all__ = ["ErrorCode", "ToolError", "about", "translate", "where_raised"]
 
 
 class ErrorCode(enum.StrEnum):
@@ -248,3 +249,15 @@ def about(subject: str, hints: Mapping[ErrorCode, str] | None = None) -> Iterato
         if hint:
             error = ToolError(error.code, f"{error.message} {hint}", retryable=error.retryable)
         raise error from exc
+
+
+def where_raised(exc: BaseException) -> str:
+    """An unexpected exception for the log: its type and where it was raised (the frames'
+    places and lines, the chain's types), never its text, which could quote anything."""
+    parts: list[str] = []
+    seen: BaseException | None = exc
+    while seen is not None and len(parts) < 5:
+        frames = "".join(traceback.format_tb(seen.__traceback__))
+        parts.append(f"{type(seen).__module__}.{type(seen).__qualname__}\n{frames}")
+        seen = seen.__cause__ or seen.__context__
+    return "\ncaused while handling ".join(parts)

@@ -39,7 +39,7 @@ from mcp.server.lowlevel import Server
 from mcp.shared.exceptions import MCPError
 
 from .._version import __version__
-from ._errors import ErrorCode, ToolError
+from ._errors import ErrorCode, ToolError, where_raised
 from ._tool import Progress, Tool
 
 __all__ = [
@@ -153,9 +153,10 @@ async def _run(
             "tool %s failed: %s (retryable: %s)", name, exc.code.value, str(exc.retryable).lower()
         )
         return _result(exc.to_json(), error=True)
-    except Exception:
-        # Not the toolkit's contract; the details go to the operator's log, not the model.
-        logger.exception("tool %s failed unexpectedly: internal", name)
+    except Exception as exc:
+        # Not the toolkit's contract; where it was raised goes to the operator's log (not its
+        # text, which could quote a credential), nothing of it to the model.
+        logger.error("tool %s failed unexpectedly: internal %s", name, where_raised(exc))
         failure = {"code": str(ErrorCode.INTERNAL), "message": "internal error", "retryable": False}
         return _result(failure, error=True)
     finally:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import traceback
 import unicodedata
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -25,7 +24,7 @@ from ..errors import ValidationError
 from ._build_tools import GET_BUILD, LIST_BUILDS, READ_BUILD_LOGS, WAIT_FOR_BUILD
 from ._copies import Copies, CopyHandles
 from ._copy_tools import CANCEL_COPY, COPY_STATUS, DOWNLOAD_FILE, UPLOAD_FILE
-from ._errors import ErrorCode, ToolError
+from ._errors import ErrorCode, ToolError, where_raised
 from ._file_tools import EDIT_FILE, READ_FILE, WRITE_FILE
 from ._paths import check_root
 from ._schema import field, obj, result, validate
@@ -128,18 +127,6 @@ def _renamed(arguments: Mapping[Any, Any], renamed: Mapping[str, str]) -> dict[A
         renamed[key] if key in renamed and renamed[key] not in arguments else key: value
         for key, value in arguments.items()
     }
-
-
-def _where(exc: BaseException) -> str:
-    """An unexpected exception for the log: its type and where it was raised (the frames'
-    places and lines, the chain's types), never its text, which could quote anything."""
-    parts: list[str] = []
-    seen: BaseException | None = exc
-    while seen is not None and len(parts) < 5:
-        frames = "".join(traceback.format_tb(seen.__traceback__))
-        parts.append(f"{type(seen).__module__}.{type(seen).__qualname__}\n{frames}")
-        seen = seen.__cause__ or seen.__context__
-    return "\ncaused while handling ".join(parts)
 
 
 class Toolkit:
@@ -328,7 +315,7 @@ class Toolkit:
             raise scrubbed from error.__cause__
         except Exception as exc:
             # No model should read what this is; the application's developers should.
-            logger.error("tool %s: unexpected %s", name, _where(exc))
+            logger.error("tool %s: unexpected %s", name, where_raised(exc))
             raise ToolError(
                 ErrorCode.INTERNAL,
                 f"{name} failed on an internal error; it was logged for the application's "

@@ -238,13 +238,16 @@ async def test_an_unexpected_exception_is_an_internal_result_logged(
     mcp_kit: Kit, caplog: pytest.LogCaptureFixture
 ) -> None:
     """An exception outside the toolkit's contract is an `internal` result with a generic
-    message; its details go to the server's log only."""
+    message; the server's log names its type and where it was raised, never its text (which
+    may quote a credential), as the toolkit's own log does."""
 
     class Broken:
         tools = mcp_kit.toolkit.tools
 
         async def call(self, name: str, arguments: Mapping[str, Any], *, progress: Any) -> Any:
-            raise RuntimeError("detail for the log only")
+            raise RuntimeError(f"detail that quotes {secret}")
+
+    secret = "sat-" + "secret"  # the log's source lines show the name, never the value
 
     with caplog.at_level(logging.ERROR, logger="sandboxkit.agents.mcp"):
         async with connect(Broken()) as client:
@@ -252,7 +255,8 @@ async def test_an_unexpected_exception_is_an_internal_result_logged(
     error = answer(result)
     assert result.is_error and error["code"] == "internal"
     assert "detail" not in json.dumps(error)
-    assert "detail for the log only" in caplog.text
+    assert "builtins.RuntimeError" in caplog.text and "in call" in caplog.text
+    assert "sat-secret" not in caplog.text
 
 
 async def test_no_result_or_notification_shows_a_credential(mcp_kit: Kit) -> None:
