@@ -80,6 +80,11 @@ class ConfigError(Exception):
     """The configuration cannot be used; the message is one line and shows no secret."""
 
 
+# MCP clients end a call idle for 300 s, progress or not (issue 40): `wait_for_build` answers
+# well before that unless the operator's file says otherwise (with a warning).
+MCP_MAX_WAIT = 240.0
+
+
 @attrs.frozen
 class McpConfig:
     """What `sandboxkit mcp` serves, resolved from the file and the environment.
@@ -320,7 +325,7 @@ class _Reader:
 
     def limits(self, raw: object) -> ToolLimits:
         if raw is None:
-            return ToolLimits()
+            raw = {}
         if not isinstance(raw, Mapping):
             raise self.fail("limits must be a table: [limits]")
         fields = tuple(sorted(f.name for f in attrs.fields(ToolLimits)))
@@ -328,8 +333,15 @@ class _Reader:
         for name, value in raw.items():
             if not isinstance(value, int | float) or isinstance(value, bool):
                 raise self.fail(f"limits.{name} must be a number")
+        given = dict(raw)
+        given.setdefault("max_wait", MCP_MAX_WAIT)
+        if given["max_wait"] > MCP_MAX_WAIT:
+            self.notes.append(
+                f"limits.max_wait={given['max_wait']:g}: MCP clients end a call idle for "
+                f"300 s, so a wait_for_build past about {MCP_MAX_WAIT:g} s may be cut off"
+            )
         try:
-            return ToolLimits(**raw)
+            return ToolLimits(**given)
         except (ValidationError, ValueError, TypeError) as exc:
             # ToolLimits' own checks name the field and the bound; the values are numbers.
             raise self.fail(f"limits: {' '.join(str(exc).split())}") from None

@@ -182,6 +182,19 @@ def test_an_unreadable_path_is_one_line(tmp_path: Path) -> None:
         load_config(None, {})
 
 
+def test_a_wait_ends_before_an_mcp_client_gives_up(tmp_path: Path) -> None:
+    """MCP clients end a call idle for 300 s: without [limits], wait_for_build waits at most
+    240 s; a file that allows longer gets it, with a warning for the operator."""
+    plain = load_config(write(tmp_path, "templates = false\n" + SANDBOX), ENV)
+    assert plain.limits.max_wait == 240 and plain.warnings == ()
+    longer = load_config(
+        write(tmp_path, "templates = false\n[limits]\nmax_wait = 600\n" + SANDBOX), ENV
+    )
+    assert longer.limits.max_wait == 600
+    [note] = longer.warnings
+    assert note.startswith("limits.max_wait=600: MCP clients end a call idle for 300 s")
+
+
 def test_a_sandbox_the_sdk_refuses_is_a_config_error(tmp_path: Path) -> None:
     """A domain the SDK refuses fails before serving, naming the sandbox, not the token."""
     bad = McpConfig(
