@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import ast
 import importlib
+import json
 import pkgutil
 import re
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -415,3 +417,20 @@ def test_the_cli_reaches_no_private_layer_but_the_environment_names() -> None:
                 continue
             private = {n for n in found if n.startswith("sandboxkit._")}
             assert private <= {"sandboxkit._core.environment"}, (path.name, private)
+
+
+def test_one_default_download_walks_at_most_twelve_modules() -> None:
+    """A reader following one `files.download(remote, dest)` with the defaults meets at most
+    12 of sandboxkit's modules once the client is warm (issue 39: 22 before the layers were
+    folders of one concept each). Counted by `benchmarks/walk.py` (a profile hook recording the
+    file of every sandboxkit frame entered, on any thread), in a process of its own."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT.parent / "benchmarks" / "walk.py"), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    warm = json.loads(done.stdout)["warm"]
+    assert len(warm) <= 12, warm
+    assert "_transfer/download.py" in warm and "resources/files.py" in warm  # it counted
