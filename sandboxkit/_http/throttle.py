@@ -80,12 +80,19 @@ class Throttle:
         self._waiters: set[asyncio.Future[bool]] = set()
         self.budgets = Budgets()
         self.downloads = self.uploads = self.requests = False
-        self.update(budgets)
+        self._apply(budgets)
+        if not budgets.unlimited and logger.isEnabledFor(logging.DEBUG):
+            logger.debug("budgets in effect: %s", budgets.describe())
 
     def update(self, budgets: Budgets) -> None:
         """Use `budgets` from now on, for transfers already running too: waiters wake and
         draw again under the new rates. Call it on the client's loop (or before it has one).
         """
+        self._apply(budgets)
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("budgets in effect: %s", budgets.describe())
+
+    def _apply(self, budgets: Budgets) -> None:
         now = self._clock()
         for direction in Direction:
             rate = _rate_of(budgets, direction)
@@ -113,8 +120,6 @@ class Throttle:
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(True)
-        if logger.isEnabledFor(logging.DEBUG):
-            logger.debug("budgets in effect: %s", budgets.describe())
 
     def _limits(self, direction: Direction) -> bool:
         host = self.budgets.per_host
