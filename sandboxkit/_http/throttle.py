@@ -126,10 +126,6 @@ class Throttle:
         per_host = None if host is None else _rate_of(host, direction)
         return direction in self._total or per_host is not None
 
-    def limit(self, direction: Direction) -> float | None:
-        """The whole client's rate for `direction` (None: none)."""
-        return _rate_of(self.budgets, direction)
-
     def limit_of(self, operation: str) -> float | None:
         """The whole client's bandwidth limit for a transfer `operation` (its span shows it);
         None for no limit or another operation."""
