@@ -4,6 +4,7 @@ wake waiters. No sleeps: a waiter's state is read after the loop has turned."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncGenerator
 
 import pytest
 
@@ -127,7 +128,7 @@ async def test_an_upload_body_is_cut_into_grains_only_while_limited() -> None:
     """`paced` hands chunks on whole without a limit, in grains (views) with one."""
     throttle = Throttle(sandboxkit.Budgets(), FakeClock())
 
-    async def chunks() -> asyncio.AsyncGenerator[bytes, None]:  # type: ignore[name-defined]
+    async def chunks() -> AsyncGenerator[bytes, None]:
         yield b"x" * (1 << 20)
         throttle.update(sandboxkit.Budgets(upload_bytes_per_second=1 << 40))
         yield b"y" * (1 << 20)
