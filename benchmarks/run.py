@@ -20,6 +20,8 @@ and memory are counted:
 10. ``page``: one 64 KiB ``files.read_range`` at the middle of a 1 GiB (virtual) file, on a
     server with ranges and on one without (issue 31): the bytes the server sent, and the
     time (`_page.py`).
+11. ``budgets``: a bandwidth limit held over 10 s by 1 and by 64 transfers, up and down, and
+    a live change's delay in 250 ms windows (issue 41, `_budgets.py`; the emulator).
 
 Contenders alternate within each round and every ratio is the median of per-round ratios.
 Benchmarks are not tests: nothing here asserts a timing; a target missed is reported.
@@ -49,6 +51,7 @@ from typing import Any
 # This directory holds the helper modules; running the file as a script puts it on the path.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import _budgets
 import _control
 import _faults
 import _hosts
@@ -80,6 +83,9 @@ class Sizes:
     small: tuple[int, int, int]  # requests, hosts, concurrency
     link: _link.LinkOptions = _link.DEFAULT_LINK
     page_mib: int = 1024  # the file case 10 reads a page of
+    # case 11: the limit (bytes/s), how long it is held (s), and the live change's high and
+    # low limits and the seconds before each change
+    budgets: tuple[int, float, tuple[int, int, float]] = (16 * MiB, 10.0, (32 * MiB, 8 * MiB, 3.0))
 
 
 FULL = Sizes(
@@ -112,6 +118,7 @@ QUICK = Sizes(
     link_mib=8,
     small=(400, 50, 32),
     page_mib=64,
+    budgets=(8 * MiB, 0.5, (16 * MiB, 4 * MiB, 0.75)),
 )
 
 Case = Callable[[Sizes, int, Path], Awaitable[CaseResult]]
@@ -128,6 +135,7 @@ CASES: dict[str, Case] = {
     "link": lambda s, r, w: _link.run(s.link_mib * MiB, r, w, s.link),
     "smallfiles": lambda s, r, w: _smallfiles.run(*s.small, r),
     "page": lambda s, r, w: _page.run(s.page_mib * MiB, r, w),
+    "budgets": lambda s, r, w: _budgets.run(*s.budgets, w),
 }
 
 

@@ -28,6 +28,7 @@ __all__ = [
     "AuthenticationError",
     "BadGatewayError",
     "BadRequestError",
+    "Budgets",
     "Build",
     "BuildFailedError",
     "BuildFailure",
@@ -154,6 +155,7 @@ _LAZY = {
     "Image": ".models",
     "InternalServerError": ".errors",
     "Limits": "._core.options",
+    "Budgets": "._core.options",
     "LogEntry": ".models",
     "LogLevel": ".models",
     "LogPage": ".models",
@@ -205,7 +207,7 @@ _LAZY = {
 if TYPE_CHECKING:
     from ._client_config import ClientConfig
     from ._core.events import RequestEvent, ResponseEvent, RetryEvent
-    from ._core.options import Limits, ParallelDownloads, Progress, RetryPolicy, Timeout
+    from ._core.options import Budgets, Limits, ParallelDownloads, Progress, RetryPolicy, Timeout
     from ._core.validation import resources_from
     from ._transfer.sinks import PartialDownload, find_partial
     from .client import Client

@@ -21,6 +21,7 @@ import attrs
 from ._core import environment as env
 from ._core.events import RequestEvent, ResponseEvent, RetryEvent
 from ._core.options import (
+    Budgets,
     Limits,
     ParallelDownloads,
     RetryPolicy,
@@ -144,6 +145,9 @@ class ClientConfig:
             of the process the Client is built in.
         on_request, on_response, on_retry: as for Client; module-level functions (they
             pickle by reference), or a functools.partial of one.
+        budgets: as for Client. Each Client built from the config has budgets of its own:
+            with the Dask helper a limit applies to each shard's Client (by default one
+            shard per worker: to each worker process), never to the cluster as a whole.
 
     Raises:
         ValidationError: an option of the wrong kind, or one that does not pickle (a lambda
@@ -179,6 +183,7 @@ class ClientConfig:
         default=None, validator=_hook
     )
     on_retry: Callable[[RetryEvent], object] | None = attrs.field(default=None, validator=_hook)
+    budgets: Budgets = attrs.field(factory=Budgets, validator=_check_type(Budgets))
 
     def __attrs_post_init__(self) -> None:
         # Field by field, so the message names the option that would break in a worker.

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import anyio
 import attrs
 
+from ._core.options import Budgets
 from ._core.validation import check_remote_path
 from ._transfer.sinks import clear_leftovers
 from .errors import ValidationError
@@ -168,6 +169,8 @@ class BatchSummary:
         resumes: ranged requests that continued a cut download (0 for uploads, which send
             the whole file again).
         elapsed: wall-clock seconds for the whole batch.
+        budgets: the client's bandwidth and request limits when the batch ended
+            (`Client.budgets`; shown as `budgets.describe()`).
     """
 
     total: int
@@ -180,6 +183,7 @@ class BatchSummary:
     # Shown rounded (`elapsed=0.051`): a summary is read by people; the value keeps it all.
     elapsed: float = attrs.field(repr=lambda seconds: f"{seconds:.3f}")
     skipped: int = 0
+    budgets: Budgets = attrs.field(factory=Budgets, repr=lambda value: repr(value.describe()))
 
 
 @attrs.frozen
@@ -271,6 +275,7 @@ async def download_many(
         retries=attempts - len(done),
         resumes=sum(r.resumes for r in done),
         elapsed=elapsed,
+        budgets=client.budgets,
     )
     return BatchResult(tuple(outcomes), summary)
 
@@ -317,6 +322,7 @@ async def upload_many(
         retries=attempts - len(done),
         resumes=0,  # an upload never resumes: a retry sends the whole file again
         elapsed=elapsed,
+        budgets=client.budgets,
     )
     return BatchResult(tuple(outcomes), summary)
 

@@ -19,6 +19,7 @@ from ._core import protocol as proto
 from ._core.answers import unwrap_v2
 from ._core.events import RequestEvent, ResponseEvent, RetryEvent
 from ._core.options import (
+    Budgets,
     CallOptions,
     Limits,
     ParallelDownloads,
@@ -95,6 +96,8 @@ class Client:
             names too, and first), except the hosts `NO_PROXY` lists (`*`, names with the
             names under them, IPs, networks). Read once, when the Client is built. False:
             no proxy. `.netrc` is never read.
+        budgets: bandwidth and request rates shared by everything the client sends
+            (`Budgets`; default: no limit). Change them while it runs with `set_budgets`.
 
     Example::
 
@@ -121,7 +124,9 @@ class Client:
         on_request: Callable[[RequestEvent], object] | None = None,
         on_response: Callable[[ResponseEvent], object] | None = None,
         on_retry: Callable[[RetryEvent], object] | None = None,
+        budgets: Budgets | None = None,
     ) -> None:
+        budgets = _checked_budgets(budgets)
         data_plane_scheme = resolve_data_plane_scheme(data_plane_scheme)
         proxies = routes(proxy, trust_env=trust_env)
         telemetry = Telemetry(
@@ -151,10 +156,12 @@ class Client:
             resolver=resolver,
             proxies=proxies,
             created_at=_users_line(),
+            budgets=budgets,
         )
         self._calls = Calls(
             self._transport, self.retry, self.timeout, api_key=key, telemetry=telemetry
         )
+        telemetry.bandwidth_limit = self._transport.throttle.limit_of
         self._templates = Templates(self._calls)
         self._v1 = V1(self._calls)
 
@@ -202,7 +209,30 @@ class Client:
             on_request=config.on_request,
             on_response=config.on_response,
             on_retry=config.on_retry,
+            budgets=config.budgets,
         )
+
+    @property
+    def budgets(self) -> Budgets:
+        """The budgets in effect (`Budgets()`: nothing limited)."""
+        return self._transport.throttle.budgets
+
+    def set_budgets(self, budgets: Budgets) -> None:
+        """Use `budgets` from now on, for transfers and requests already running too.
+
+        A transfer waiting under the old limits draws again under the new ones at once: a
+        lower limit does not first pay off what the old one allowed, a higher one (or
+        `Budgets()`, no limit) wakes the waiters. Call it from the client's event loop
+        (`sandboxkit.sync.Client.set_budgets` from any thread).
+
+        Raises:
+            ValidationError: `budgets` is not a `sandboxkit.Budgets`.
+
+        Example::
+
+            client.set_budgets(sandboxkit.Budgets.from_bwlimit("1M:5M"))
+        """
+        self._transport.throttle.update(_checked_budgets(budgets))
 
     def __repr__(self) -> str:
         return f"Client(base_url={self.base_url!r})"
@@ -334,6 +364,14 @@ class Client:
         return Sandbox(
             self._calls, address, scheme=self.data_plane_scheme, parallel=self.parallel_downloads
         )
+
+
+def _checked_budgets(budgets: object) -> Budgets:
+    if budgets is None:
+        return Budgets()
+    if not isinstance(budgets, Budgets):
+        raise ValidationError(f"budgets={budgets!r}: must be a sandboxkit.Budgets")
+    return budgets
 
 
 def _users_line() -> tuple[str, int]:

@@ -43,6 +43,7 @@ from typing import Any, Protocol
 
 from . import batch
 from ._client_config import ClientConfig
+from ._core.options import Budgets
 from ._transfer.sinks import clear_leftovers
 from .client import Client
 from .errors import SandboxKitError, ValidationError
@@ -96,6 +97,9 @@ def download_many_on_dask(
     Args:
         dask_client: a connected `distributed.Client`.
         config: how each worker builds its Client (`ClientConfig` pickles by design).
+            Its `budgets` limit each shard's Client: with one shard per worker (the
+            default), each worker process; the cluster as a whole moves up to that many
+            times the limit.
         jobs: the downloads; their shape is checked here before anything is submitted.
         shards: how many pieces to cut the list into (default: one per worker); more
             shards than workers balance uneven shards at the cost of more Client setups.
@@ -132,7 +136,7 @@ def download_many_on_dask(
     todo = list(jobs)
     _check_jobs(todo)
     if not todo:
-        return batch.BatchResult((), _merge([], time.monotonic() - started))
+        return batch.BatchResult((), _merge([], time.monotonic() - started, config.budgets))
     count = shards if shards is not None else max(1, len(dask_client.scheduler_info()["workers"]))
     pieces = _split(todo, count)
     offsets = [sum(len(p) for p in pieces[:i]) for i in range(len(pieces))]
@@ -149,7 +153,10 @@ def download_many_on_dask(
     )
     results = _collect(dask_client, list(futures), pieces)
     outcomes = tuple(o for shard_outcomes, _ in results for o in shard_outcomes)
-    return batch.BatchResult(outcomes, _merge([s for _, s in results], time.monotonic() - started))
+    summaries = [s for _, s in results]
+    # The summary's budgets are each worker's own (a limit applies per shard's Client).
+    merged = _merge(summaries, time.monotonic() - started, config.budgets)
+    return batch.BatchResult(outcomes, merged)
 
 
 def _check_jobs(todo: Sequence[batch.DownloadJob]) -> None:
@@ -215,7 +222,9 @@ def _split(todo: Sequence[batch.DownloadJob], count: int) -> list[list[batch.Dow
     return pieces
 
 
-def _merge(summaries: Sequence[batch.BatchSummary], elapsed: float) -> batch.BatchSummary:
+def _merge(
+    summaries: Sequence[batch.BatchSummary], elapsed: float, budgets: Budgets
+) -> batch.BatchSummary:
     return batch.BatchSummary(
         total=sum(s.total for s in summaries),
         done=sum(s.done for s in summaries),
@@ -226,6 +235,7 @@ def _merge(summaries: Sequence[batch.BatchSummary], elapsed: float) -> batch.Bat
         resumes=sum(s.resumes for s in summaries),
         elapsed=elapsed,
         skipped=sum(s.skipped for s in summaries),
+        budgets=budgets,
     )
 
 
@@ -279,6 +289,7 @@ def _run_shard(
         retries=summary.retries,
         resumes=summary.resumes,
         elapsed=time.monotonic() - started,
+        budgets=config.budgets,
     )
     return tuple(outcomes[index] for index in range(len(jobs))), summary
 

@@ -20,6 +20,7 @@ CASES = [
     "link",
     "smallfiles",
     "page",
+    "budgets",
 ]
 
 
@@ -60,6 +61,8 @@ def test_quick_run_reports_every_case_as_json() -> None:
     small = by_name["smallfiles"]["rows"]
     assert len(small) == 3 and all(row["errors"] == 0 for row in small), small
     assert_page_case(by_name["page"])
+    # Budgets: every transfer row moved bytes (the figures are reported, not asserted).
+    assert all(row["mib_s"] > 0 for row in by_name["budgets"]["rows"]), by_name["budgets"]
     # The link case needs root: elsewhere it is skipped with its reason; where it runs,
     # every download that ran came out whole (rows this tree cannot run say so).
     link = by_name["link"]

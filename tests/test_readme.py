@@ -390,6 +390,20 @@ assert asyncio.run(drive()) == "print('hello')\\n"
 assert pathlib.Path("task.py").read_text() == "print('hello')\\n"
 """,
     ),
+    "async def polite_batch": (
+        "",
+        """
+bodies = [portal.call(emu.create_sandbox) for _ in range(3)]
+for body in bodies:
+    root = emu.sandbox_root(body["data"]["sandbox_key"])
+    (root / "home/user/result.json").write_text('{"ok": true}')
+
+summary = asyncio.run(namespace["polite_batch"](bodies))
+assert (summary.done, summary.failed) == (3, 0), summary
+assert summary.budgets == sandboxkit.Budgets.from_bwlimit("1M:5M"), summary
+assert "budgets='download 5 MiB/s, upload 1 MiB/s, requests off'" in repr(summary)
+""",
+    ),
     "async def send_work": (
         "",
         """

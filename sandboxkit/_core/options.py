@@ -18,11 +18,13 @@ import attrs
 
 from ..errors import ValidationError
 from . import environment as env
+from .budgets import describe_rate, parse_bwlimit
 
 __all__ = [
     "NO_OPTIONS",
     "ApiKeyFunction",
     "Bearer",
+    "Budgets",
     "CallOptions",
     "KeyFunction",
     "Limits",
@@ -330,6 +332,106 @@ class ParallelDownloads:
     def off(cls) -> ParallelDownloads:
         """Every download on one connection."""
         return cls(parts=1)
+
+
+def _rate_per_second(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and (not _is_number(value) or not 0 < value < float("inf")):  # type: ignore[operator]
+        raise ValidationError(f"{attribute.name}={value!r}: must be a positive number, or None")
+
+
+def _rate(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is None:
+        return
+    if not _is_number(value) or not value >= 1 or value == float("inf"):  # type: ignore[operator]
+        raise ValidationError(f"{attribute.name}={value!r}: must be a number >= 1, or None")
+
+
+def _per_host(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is None:
+        return
+    if not isinstance(value, Budgets):
+        raise ValidationError(f"per_host={value!r}: must be a sandboxkit.Budgets, or None")
+    if value.per_host is not None:
+        raise ValidationError("per_host: a host's budgets cannot have a per_host of their own")
+
+
+@attrs.frozen
+class Budgets:
+    """Bandwidth and request rates one client shares among all it sends (default: none).
+
+    Every transfer of the client draws from these as its bytes move, at most 256 KiB a
+    draw (less at low rates: 1/8 s of the budget), so the limit holds for 1 transfer or 64
+    and none bursts past it. Change them while transfers run with `Client.set_budgets`:
+    effective at once for transfers already running. A limit applies to one Client, so
+    with the Dask helper to each worker's (each shard builds its own from the config).
+
+    The names carry their unit: `bytes_per_second` rather than `bps`, which networks read
+    as bits.
+
+    Args:
+        download_bytes_per_second: the bytes of every answer's body together (downloads,
+            bounded reads, `iter_bytes`), as they come off the wire; None: no limit.
+        upload_bytes_per_second: the bytes of every upload's body together; None: no limit.
+        requests_per_second: requests sent (every attempt, to the console and the data
+            plane), each taking a token before it goes; None: no limit.
+        request_burst: requests that may go at once after a quiet spell (1, as rclone's
+            `--tpslimit-burst`: evenly spaced).
+        per_host: the same limits for each host on its own (a sandbox, the console), on
+            top of those of the whole client; its own `per_host` must be None.
+
+    Raises:
+        ValidationError: a rate below 1, a burst below 1, or a nested `per_host`.
+
+    Example::
+
+        budgets = sandboxkit.Budgets(download_bytes_per_second=50 << 20, requests_per_second=20)
+        budgets = sandboxkit.Budgets.from_bwlimit("10M:100M")  # rclone's UP:DOWN
+    """
+
+    download_bytes_per_second: float | None = attrs.field(default=None, validator=_rate)
+    upload_bytes_per_second: float | None = attrs.field(default=None, validator=_rate)
+    requests_per_second: float | None = attrs.field(default=None, validator=_rate_per_second)
+    request_burst: int = attrs.field(default=1, validator=at_least(1))
+    per_host: Budgets | None = attrs.field(default=None, validator=_per_host)
+
+    @classmethod
+    def from_bwlimit(cls, spec: str, **others: Any) -> Budgets:
+        """Bandwidths from rclone's `--bwlimit`: `10M` (both directions), `UP:DOWN`
+        (`10M:100M`), `off`; units B, K, M, G, T, P are binary (KiB/s for a bare number).
+
+        Args:
+            spec: the `--bwlimit` value.
+            others: any other field (`requests_per_second`, `per_host`...).
+
+        Raises:
+            ValidationError: a value rclone would refuse, or a timetable.
+        """
+        upload, download = parse_bwlimit(spec)
+        return cls(download_bytes_per_second=download, upload_bytes_per_second=upload, **others)
+
+    @property
+    def unlimited(self) -> bool:
+        """Whether nothing is limited (neither for the client nor per host)."""
+        return self == _NO_BUDGETS
+
+    def describe(self) -> str:
+        """The limits for people (a log line, a batch summary): `download 10 MiB/s, upload
+        off, requests off`, then the per-host ones."""
+        text = (
+            f"download {describe_rate(self.download_bytes_per_second)}, "
+            f"upload {describe_rate(self.upload_bytes_per_second)}, requests "
+            + (
+                "off"
+                if self.requests_per_second is None
+                else f"{self.requests_per_second:g}/s burst {self.request_burst}"
+            )
+        )
+        if self.per_host is not None:
+            text += f"; per host: {self.per_host.describe()}"
+        return text
+
+
+_NO_BUDGETS = Budgets()
 
 
 class CallOptions(NamedTuple):

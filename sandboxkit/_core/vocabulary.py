@@ -64,6 +64,10 @@ _ADDRESS = {
     "access_token": "Client.sandbox",
     "data_plane_scheme": "Client",
 }
+_BWLIMIT = {
+    "--bwlimit": "rclone's spelling, as its operators type it (`10M`, `UP:DOWN`, `off`): the "
+    "client's `budgets=` (`Budgets.from_bwlimit`)",
+}
 _EXPECTED = {
     "expected_sha256": "the agent tools' check before a change: the sha256 a whole read "
     "showed (or `absent`); no SDK call takes it, the service has no conditional upload",
@@ -116,6 +120,7 @@ OPERATIONS: tuple[Operation, ...] = (
         cli="files download",
         tools=("download_file",),
         also=_ADDRESS,
+        cli_differs=_BWLIMIT,
         tool_differs=_SANDBOX,
     ),
     Operation(
@@ -124,6 +129,7 @@ OPERATIONS: tuple[Operation, ...] = (
         cli="files upload",
         tools=("upload_file", "write_file", "edit_file"),
         also=_ADDRESS,
+        cli_differs=_BWLIMIT,
         tool_differs={
             **_SANDBOX,
             "content": "write_file's: the bytes themselves, as text or base64 (`source` "

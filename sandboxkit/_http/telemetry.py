@@ -128,6 +128,8 @@ class Telemetry:
         elif self.api is not None:
             # A proxy: spans go wherever a provider set later (set_tracer_provider) sends them.
             self.tracer = self.api.global_tracer("sandboxkit", __version__)
+        # A transfer operation's bandwidth limit, for its span (the client's throttle's).
+        self.bandwidth_limit: Callable[[str], float | None] | None = None
         self._hooked = bool(on_request or on_response or on_retry)
         self._silent = self.tracer is None and not self._hooked
         self._failed: set[str] = set()
@@ -245,6 +247,10 @@ class Watch:
                 span.set_attribute("sandboxkit.transfer.bytes", moved)
                 if resumes is not None:
                     span.set_attribute("sandboxkit.transfer.resumes", resumes)
+                limit_of = self.tm.bandwidth_limit
+                limit = None if limit_of is None else limit_of(self.operation)
+                if limit is not None:  # bytes/s, in effect when the transfer ended
+                    span.set_attribute("sandboxkit.transfer.bandwidth_limit", limit)
             if exc is not None:
                 span.set_attribute("error.type", _type_name(exc))
                 span.set_status(api.error, type(exc).__name__)

@@ -28,7 +28,7 @@ import warnings
 from collections.abc import AsyncGenerator, AsyncIterable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from types import AsyncGeneratorType
-from typing import Any, Protocol, cast
+from typing import Any, Protocol, TypeVar, cast
 
 import aiohttp
 
@@ -41,7 +41,7 @@ from .._core.answers import (
     error_for,
 )
 from .._core.events import origin_of
-from .._core.options import Bearer, Limits, Timeout
+from .._core.options import Bearer, Budgets, Limits, Timeout
 from .._core.protocol import (
     ACCEPT_ENCODING,
     ACCESS_TOKEN,
@@ -71,6 +71,7 @@ from .links import LinkInfo, link_info
 from .resolver import LoopbackResolver
 from .ring import RingReader
 from .telemetry import Exchange, watching
+from .throttle import Direction, Throttle
 from .translate import mapped, translate
 
 __all__ = [
@@ -95,6 +96,7 @@ ERROR_BODY_LIMIT = 64 * 1024
 # maybe a TLS handshake, a few round trips) against a saving of ~0.6 CPU s/GiB.
 RING_MIN_BODY = 32 << 20
 _STALL_MESSAGE = "Timeout on reading data from socket"  # aiohttp's own sock_read wording
+_Piece = TypeVar("_Piece", bytes, memoryview)
 
 
 async def read_capped(content: aiohttp.StreamReader, limit: int) -> tuple[bytes, bool]:
@@ -154,7 +156,9 @@ class StreamingResponse:
         "head_seconds",
         "headers",
         "on_body",
+        "origin",
         "status",
+        "throttle",
     )
 
     def __init__(
@@ -176,6 +180,9 @@ class StreamingResponse:
         # From the request's sending (its pool slot held) to its answer's head, in seconds:
         # with `link()`, what tells a long link (`slices.far_enough`). Its request sets it.
         self.head_seconds = 0.0
+        # The client's budgets, drawn from as the body is read (its request sets them).
+        self.throttle: Throttle | None = None
+        self.origin = ""
 
     @property
     def received(self) -> int:
@@ -198,8 +205,10 @@ class StreamingResponse:
         """The whole body if it has all arrived already, is not coded and is at most `size`
         bytes (so it is one chunk of `iter_chunks(size)`); else None, and nothing is read."""
         content = self._response.content
+        throttle = self.throttle
         if (
             self.coding is not None
+            or (throttle is not None and throttle.downloads)  # read in paced pieces instead
             or not content.is_eof()
             or content.exception() is not None
             or content.total_bytes > size
@@ -229,8 +238,12 @@ class StreamingResponse:
         length = response.content_length
         connection = response.connection
         content = response.content
+        throttle = self.throttle
         if (
             self.coding is not None
+            # Under a download limit the ring's gain (CPU at full speed) is nothing, and it
+            # reads up to 16 MiB ahead: aiohttp's reader pauses the socket at 128 KiB.
+            or (throttle is not None and throttle.downloads)
             or length is None
             or length < RING_MIN_BODY
             or aiohttp.hdrs.TRANSFER_ENCODING in response.headers  # chunked framing wins
@@ -274,7 +287,13 @@ class StreamingResponse:
                 if (told := self.on_body) is not None:
                     self.on_body = None
                     told()
-                yield piece
+                throttle = self.throttle
+                if throttle is not None and throttle.downloads:  # a limit set since it began
+                    async for part in self._paced(piece, throttle, len(piece)):
+                        yield part
+                        del part
+                else:
+                    yield piece
                 del piece  # not held while waiting: the ring reuses a buffer nobody holds
         finally:
             ring.detach()
@@ -300,6 +319,7 @@ class StreamingResponse:
                 lambda: content.set_exception(stalled),
             )
         clock = asyncio.get_running_loop().time
+        throttle = self.throttle
         try:
             while True:
                 if watchdog is not None:
@@ -321,7 +341,10 @@ class StreamingResponse:
                 if (told := self.on_body) is not None:
                     self.on_body = None
                     told()
-                if len(piece) <= size:
+                if throttle is not None and throttle.downloads:
+                    async for grain in self._paced(piece, throttle, size):
+                        yield grain
+                elif len(piece) <= size:
                     yield piece
                 else:
                     for start in range(0, len(piece), size):
@@ -330,6 +353,20 @@ class StreamingResponse:
             if watchdog is not None:
                 watchdog.stop()
         raise error  # outside the except block: see _translate.mapped
+
+    async def _paced(
+        self, piece: _Piece, throttle: Throttle, size: int
+    ) -> AsyncGenerator[_Piece, None]:
+        """`piece` in grains (at most `size` bytes each), each drawn from the download
+        budget before it is handed on."""
+        start = 0
+        while start < len(piece):
+            # The grain is read again for every draw: a limit changed mid-piece applies at once.
+            part = piece[start : start + min(size, throttle.grain(Direction.DOWN))]
+            if throttle.downloads:
+                await throttle.draw(self.origin, Direction.DOWN, len(part))
+            start += len(part)
+            yield part
 
     async def _iter_decoded(self, size: int) -> AsyncGenerator[bytes, None]:
         # Decoded on the loop: a rare path (a proxy that ignores `identity`), not worth a
@@ -465,6 +502,7 @@ class Transport:
         proxies: ProxyRoutes | None = None,
         clock: Callable[[], float] = time.monotonic,
         created_at: tuple[str, int],
+        budgets: Budgets | None = None,
     ) -> None:
         self.base_url = base_url
         self.created_at = created_at  # the file and line of the code that made the client
@@ -475,6 +513,8 @@ class Transport:
         self._callers_resolver = resolver
         self.clock = clock  # the pools', the circuits' and the answers' (`head_seconds`)
         self._closed = False
+        # The budgets every request and body draws from (`throttle`); kept across a fork.
+        self.throttle = Throttle(budgets if budgets is not None else Budgets(), clock)
         self._start_afresh()
         restart_in_child(self, Transport._start_afresh)
 
@@ -494,6 +534,8 @@ class Transport:
         self.circuits = Circuits(self.clock, console=self.base_url)
         # Answers whose body is being read; `aclose()` ends them first (see there).
         self.reading: set[Answer] = set()
+        # Its waiters belong to the parent's loop: a child starts with the same budgets, full.
+        self.throttle = Throttle(self.throttle.budgets, self.clock)
 
     @property
     def closed(self) -> bool:
@@ -570,6 +612,8 @@ class Transport:
         # Calls.run checked the loop for this operation already; a retry may find the client
         # closed since (its pooled connection was closed under it).
         self.check_open()
+        if self.throttle.requests:  # a token before the request goes (`Budgets`)
+            await self.throttle.draw(self.base_url, Direction.REQUESTS, 1)
         session = self._control or self._control_session()
         # The query is written here rather than passed as `params=`: yarl's merging of params
         # into a URL cost more than the rest of this method together (measured: ~30k
@@ -777,6 +821,9 @@ class HostRequest:
         transport = self._transport
         transport.check_open()  # a retry may find the client closed since the call began
         host = self._host
+        throttle = transport.throttle
+        if throttle.requests:  # a token before the request goes, before it holds a slot
+            await throttle.draw(host.origin, Direction.REQUESTS, 1)
         pools = transport.hosts
         pool = pools.lease_now(host, self) or await pools.lease_wait(host, self)
         self._pool = pool
@@ -822,6 +869,8 @@ class HostRequest:
             self._response = response  # from here on, whatever happens, `_end` ends it
             self._streaming = StreamingResponse(response, request.operation, timeout.read)
             self._streaming.head_seconds = transport.clock() - sent
+            self._streaming.throttle = throttle
+            self._streaming.origin = host.origin
             pool.observe(response.status)
             self._headed = transport.circuits.headed(host.origin, response.status)
             if exchange is not None:

@@ -29,6 +29,7 @@ from .._core.protocol import FILES_PATH, data_request, is_idempotent, request_ta
 from .._core.retry import is_retryable
 from .._http.calls import REPLY_LIMIT, DataPlane
 from .._http.cancel import raise_held, wait_through_cancels
+from .._http.throttle import paced
 from .._http.transport import multipart_file
 from ..errors import (
     APIError,
@@ -214,6 +215,7 @@ async def send_file(
     filename = posixpath.basename(remote)
     target = request_target(FILES_PATH, params)
     moved = 0  # bytes handed to the connection, every attempt's (its span tells them)
+    throttle = plane.calls.transport.throttle
 
     async def attempt(timeout: Timeout) -> FileEntry:
         if tries is not None:
@@ -225,8 +227,13 @@ async def send_file(
             nonlocal sent, moved
             try:
                 # aclosing: the source (an open file) is closed as soon as this body is.
-                async with contextlib.aclosing(source.open()) as chunks:
-                    async for chunk in chunks:
+                # The source's chunks are drawn from the upload budget in grains as they go
+                # (handed on as they are while nothing is limited).
+                async with (
+                    contextlib.aclosing(source.open()) as chunks,
+                    contextlib.aclosing(paced(chunks, throttle, plane.host.origin)) as pieces,
+                ):
+                    async for chunk in pieces:
                         yield chunk
                         sent += len(chunk)
                         moved += len(chunk)

@@ -21,6 +21,7 @@ from ._app import Settings, renamed_option
 from ._progress import TransferBar, format_size, format_throughput, transfer_progress
 
 __all__ = [
+    "budgets_of",
     "download_left",
     "download_line",
     "download_stopped",
@@ -87,6 +88,36 @@ def _sandbox_options(command: click.decorators.FC) -> click.decorators.FC:
     for option in reversed(options):
         command = option(command)
     return command
+
+
+def budgets_of(bwlimit: str | None) -> sandboxkit.Budgets:
+    """The client's budgets for a `--bwlimit` value (None: no limit).
+
+    Raises:
+        click.BadParameter: a value rclone would refuse, or a timetable; nothing was sent.
+    """
+    if bwlimit is None:
+        return sandboxkit.Budgets()
+    try:
+        return sandboxkit.Budgets.from_bwlimit(bwlimit)
+    except sandboxkit.ValidationError as exc:
+        message = str(exc).removeprefix("--bwlimit: ")
+        raise click.BadParameter(message, param_hint="'--bwlimit'") from None
+
+
+def _check_bwlimit(_: click.Context, __: click.Parameter, value: str | None) -> str | None:
+    budgets_of(value)  # refused before anything is sent; kept as typed for a resume command
+    return value
+
+
+bwlimit_option = click.option(
+    "--bwlimit",
+    metavar="RATE|UP:DOWN",
+    callback=_check_bwlimit,
+    help="Limit the bandwidth as rclone's --bwlimit does: 10M for both directions, UP:DOWN "
+    "(10M:100M), off; B, K, M, G, T, P are binary multiples (M is MiB/s), a bare number is "
+    "KiB/s.",
+)
 
 
 def _open_sandbox(
@@ -231,6 +262,7 @@ def download_stopped(dest: Path, command: str) -> str:
     "the same command to continue. --no-keep-partial removes it, except after a failure a "
     "later try may not meet (an outage, a timeout).",
 )
+@bwlimit_option
 @click.pass_context
 def files_download(
     ctx: click.Context,
@@ -242,6 +274,7 @@ def files_download(
     data_plane_scheme: str,
     checksum: bool,
     keep_partial: bool,
+    bwlimit: str | None,
 ) -> None:
     """Download REMOTE (an absolute path in the sandbox) to DEST, resuming after failures.
 
@@ -269,6 +302,7 @@ def files_download(
                 access_token,
                 data_plane_scheme,
                 on_retry=bar.on_retry,
+                budgets=budgets_of(bwlimit),
             )
             async with client:
                 result = await sandbox.files.download(
@@ -296,6 +330,7 @@ def files_download(
 @click.argument("source", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.argument("remote")
 @_sandbox_options
+@bwlimit_option
 @click.pass_obj
 def files_upload(
     settings: Settings,
@@ -305,6 +340,7 @@ def files_upload(
     domain: str,
     access_token: str,
     data_plane_scheme: str,
+    bwlimit: str | None,
 ) -> None:
     """Upload the local file SOURCE to REMOTE (an absolute path; its directory must exist)."""
     console = Console(stderr=True)
@@ -319,6 +355,7 @@ def files_upload(
                 access_token,
                 data_plane_scheme,
                 on_retry=bar.on_retry,
+                budgets=budgets_of(bwlimit),
             )
             async with client:
                 result = await sandbox.files.upload(remote, source, progress=bar)

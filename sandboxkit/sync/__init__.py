@@ -47,7 +47,7 @@ from typing import (
 from .. import client as _client
 from .._client_config import ClientConfig
 from .._core.events import RequestEvent, ResponseEvent, RetryEvent
-from .._core.options import Limits, ParallelDownloads, RetryPolicy, Timeout
+from .._core.options import Budgets, Limits, ParallelDownloads, RetryPolicy, Timeout
 from ..models import Build
 from ..resources import files as _files
 from ..resources import sandbox as _sandbox
@@ -171,6 +171,11 @@ class _Member(Generic[_P, _R]):
 
 def _blocking(method: Callable[Concatenate[Any, _P], Awaitable[_R]]) -> _Member[_P, _R]:
     """Expose a coroutine method as a blocking call returning the same value."""
+    return _Member(method)
+
+
+def _on_loop(method: Callable[Concatenate[Any, _P], _R]) -> _Member[_P, _R]:
+    """Expose a plain method as a call run on the loop's thread, returning the same value."""
     return _Member(method)
 
 
@@ -347,6 +352,7 @@ class ClientOptions(TypedDict, total=False):
     on_request: Callable[[RequestEvent], object] | None
     on_response: Callable[[ResponseEvent], object] | None
     on_retry: Callable[[RetryEvent], object] | None
+    budgets: Budgets | None
 
 
 class Client(_Facade[_client.Client]):
@@ -370,6 +376,8 @@ class Client(_Facade[_client.Client]):
     request = _blocking(_client.Client.request)
     sandbox = _handle(_client.Client.sandbox, Sandbox)
     sandbox_from_response = _handle(_client.Client.sandbox_from_response, Sandbox)
+    # On the loop: transfers waiting there are woken by it.
+    set_budgets = _on_loop(_client.Client.set_budgets)
 
     def __init__(self, **options: Unpack[ClientOptions]) -> None:
         self._start(functools.partial(_client.Client, **options))
@@ -401,6 +409,11 @@ class Client(_Facade[_client.Client]):
     def closed(self) -> bool:
         """Whether the client has been closed."""
         return self._loop.closed
+
+    @property
+    def budgets(self) -> Budgets:
+        """The budgets in effect (see `sandboxkit.Client.budgets`)."""
+        return self._target.budgets
 
     def close(self) -> None:
         """Cancel calls in flight, close the async client's pools, stop the loop; idempotent.

@@ -554,3 +554,50 @@ def test_options_are_taken_wherever_a_user_types_them(
     assert again.exit_code == 0, again.output
     assert (tmp_path / "again.txt").read_bytes() == b"typed anywhere\n"
     assert "sha256=-" in again.output  # --no-checksum reached the command: no hash
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ("fast", "is not a bandwidth"),
+        ("1:2:3", "more than two parts"),
+        ("08:00,512k", "timetables are not supported"),
+    ],
+)
+@pytest.mark.parametrize("command", ["download", "upload"])
+def test_a_bad_bwlimit_sends_nothing(
+    emulator_thread: EmulatorThread, tmp_path: Path, command: str, value: str, says: str
+) -> None:
+    """`--bwlimit` is read as rclone reads it; a value it would refuse is a one-line usage
+    error, exit 2, before any request."""
+    env = emulator_thread.sandbox_env()
+    local = tmp_path / "local.bin"
+    local.write_bytes(b"x")
+    args = ["/home/user/x", str(local)] if command == "download" else [str(local), "/home/user/x"]
+    before = len(emulator_thread.emu.journal)
+    result = invoke(emulator_thread, "files", command, *args, "--bwlimit", value, env=env)
+    assert_one_line_error(result, 2, "--bwlimit", says)
+    assert len(emulator_thread.emu.journal) == before
+
+
+def test_bwlimit_paces_both_commands(
+    emulator_thread: EmulatorThread, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`--bwlimit UP:DOWN` limits each direction: a DEBUG line names the limits in effect,
+    and 1 MiB each way takes at least the time its limit implies."""
+    env = emulator_thread.sandbox_env()
+    source = tmp_path / "in.bin"
+    write_pattern(source, MiB)
+    caplog.set_level("DEBUG", logger="sandboxkit")
+    started = time.monotonic()
+    up = invoke(emulator_thread, "files", "upload", str(source), "/home/user/in.bin",
+                "--bwlimit", "4M:8M", env=env)  # fmt: skip
+    assert up.exit_code == 0, up.output
+    assert time.monotonic() - started >= (MiB - (256 << 10)) / (4 * MiB)
+    started = time.monotonic()
+    down = invoke(emulator_thread, "files", "download", "/home/user/in.bin", str(tmp_path / "o"),
+                  "--bwlimit", "4M:8M", env=env)  # fmt: skip
+    assert down.exit_code == 0, down.output
+    assert time.monotonic() - started >= (MiB - (256 << 10)) / (8 * MiB)
+    assert (tmp_path / "o").read_bytes() == source.read_bytes()
+    assert "budgets in effect: download 8 MiB/s, upload 4 MiB/s, requests off" in caplog.text

@@ -194,6 +194,30 @@ async def test_an_upload_span_tells_the_bytes_sent(emulator: Emulator, traced: T
     assert box.get("/home/user/up.bin") == data
 
 
+async def test_a_transfer_span_tells_the_bandwidth_limit_in_effect(
+    emulator: Emulator, traced: Traced, tmp_path: Path
+) -> None:
+    """Under `Budgets`, each transfer's span says its direction's limit (bytes/s); other
+    operations' spans and unlimited directions say nothing of it."""
+    budgets = sandboxkit.Budgets.from_bwlimit("64M:off")
+    async with emulator.client(
+        retry=FAST, tracer_provider=traced.provider, budgets=budgets
+    ) as client:
+        box = await new_box(emulator, client)
+        with anyio.fail_after(LIMIT):
+            await box.files.upload("/home/user/up.bin", b"x" * 1000)
+            client.set_budgets(sandboxkit.Budgets.from_bwlimit("off:32M"))
+            await box.files.download("/home/user/up.bin", tmp_path / "up.bin")
+            client.set_budgets(sandboxkit.Budgets())
+            await box.files.download("/home/user/up.bin", tmp_path / "again.bin")
+    key = "sandboxkit.transfer.bandwidth_limit"
+    [upload] = traced.spans("files.upload")
+    first, second = traced.spans("files.download")
+    assert attributes(upload)[key] == 64 << 20
+    assert attributes(first)[key] == 32 << 20
+    assert key not in attributes(second)
+
+
 async def test_a_failed_operation_span_says_which_error(emulator: Emulator, traced: Traced) -> None:
     """A 404 ends the operation span in ERROR with the exception's type and its request span
     with the status; a refused connection leaves the request span without a status code."""
