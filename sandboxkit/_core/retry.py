@@ -197,7 +197,11 @@ class Circuit:
 
     A probe that gets any answer but 502/503 closes it; one that fails opens it again with
     twice the cooldown (up to `max_cooldown`). Requests already in flight report too: any
-    answer closes the circuit (the host is up), a failure while half-open reopens it. While
+    answer closes the circuit (the host is up), a failure while half-open reopens it, unless
+    the request was sent before the circuit last opened (`sent_at`): that failure tells
+    nothing the opening did not, and counting it as a failed probe would double the cooldown
+    for a host that may be back (a retry of a concurrent call, on the wire when the
+    threshold was reached, meets the half-open state when its connect times out late). While
     it is not closed, calls wait instead of sending: an outage costs one probe per cooldown,
     not one refused connect per queued call.
     """
@@ -209,6 +213,7 @@ class Circuit:
     last_failure: str = ""
     cooldown: float = 0.0
     opened_until: float | None = None  # None: closed
+    opened_at: float = 0.0  # when it last opened
     probe: int | None = None  # the probe in flight, while half-open
     _tickets: int = 0
 
@@ -244,11 +249,14 @@ class Circuit:
         self.probe = None
         return was_open
 
-    def on_outage(self, now: float, description: str, *, down: bool = False) -> bool:
+    def on_outage(
+        self, now: float, description: str, *, down: bool = False, sent_at: float | None = None
+    ) -> bool:
         """The host failed as a down host does. True when the circuit opened (again).
 
         `down`: the host is known down already (its domain is): a closed circuit opens at
-        this failure instead of at its `threshold`."""
+        this failure instead of at its `threshold`. `sent_at`: when the failed request was
+        sent, on the same clock (None: unknown, taken as now)."""
         self.failures += 1
         self.last_failure = description
         state = self.state(now)
@@ -256,12 +264,15 @@ class Circuit:
             state is _State.CLOSED and self.failures < self.threshold and not down
         ):
             return False
+        if state is _State.HALF_OPEN and sent_at is not None and sent_at <= self.opened_at:
+            return False  # sent before it opened: no probe's outcome (see the class)
         # Reaching the threshold, or a failed probe (or any failure while half-open).
         self.cooldown = (
             self.first_cooldown
             if state is _State.CLOSED
             else min(self.max_cooldown, self.cooldown * 2)
         )
+        self.opened_at = now
         self.opened_until = now + self.cooldown
         self.probe = None
         return True

@@ -589,11 +589,12 @@ class Circuits:
         """The host's circuit; None when it is closed with no failure on record."""
         return self._circuits.get(origin)
 
-    def headed(self, origin: str, status: int) -> int:
+    def headed(self, origin: str, status: int, sent_at: float | None = None) -> int:
         """An answer's head came: 502/503 is an outage failure (0 is returned); any other
-        status is returned, for `answered` or `ended` once its body flows or ends."""
+        status is returned, for `answered` or `ended` once its body flows or ends.
+        `sent_at`: when its request was sent, on `clock` (see `failed`)."""
         if status in OUTAGE_STATUSES:
-            self.failed(origin, f"{status} answer")
+            self.failed(origin, f"{status} answer", sent_at)
             return 0
         self.heard_from(origin)
         return status
@@ -638,11 +639,11 @@ class Circuits:
         others = [at for host, at in news.newcomers.items() if host != origin]
         return may_be_down(False, news.sibling_failed_at, others, self.clock())
 
-    def answered(self, origin: str, status: int) -> None:
+    def answered(self, origin: str, status: int, sent_at: float | None = None) -> None:
         """The host answered with `status`, and (unless 502/503) its body flows: a head
         alone closes no circuit, since a host going away sends some and then closes."""
         if status in OUTAGE_STATUSES:
-            self.failed(origin, f"{status} answer")
+            self.failed(origin, f"{status} answer", sent_at)
             return
         if self._news and origin != self.console:  # its domain is up
             self._news.pop(_site(origin), None)
@@ -659,19 +660,28 @@ class Circuits:
         self._waited.add(origin)
         return True
 
-    def ended(self, origin: str, status: int, exc: BaseException | None, received: int) -> None:
+    def ended(
+        self,
+        origin: str,
+        status: int,
+        exc: BaseException | None,
+        received: int,
+        sent_at: float | None = None,
+    ) -> None:
         """How an answer with a `status` head (not 502/503) ended, `received` body bytes
         in: a body that flowed, ended whole or was not wanted says the host is up; a cut
         before any body byte says it is going away. A cancellation says nothing."""
         if exc is None or (isinstance(exc, Exception) and received):
             self.answered(origin, status)
         elif isinstance(exc, SandboxKitError) and is_outage(exc):
-            self.failed(origin, f"closed after the head of a {status} answer ({exc})")
+            self.failed(origin, f"closed after the head of a {status} answer ({exc})", sent_at)
         elif isinstance(exc, Exception):  # ours (a disk write, a decode): the host answered
             self.answered(origin, status)
 
-    def failed(self, origin: str, description: str) -> None:
-        """A request to the host met an outage failure (`retry.is_outage`)."""
+    def failed(self, origin: str, description: str, sent_at: float | None = None) -> None:
+        """A request to the host met an outage failure (`retry.is_outage`). `sent_at`: when
+        it was sent, on `clock` (a request sent before the host's circuit opened is no
+        probe: `retry.Circuit`); None: unknown."""
         now = self.clock()
         answered = origin in self._heard
         if origin != self.console:
@@ -687,7 +697,7 @@ class Circuits:
         was_closed = circuit.closed
         # A host that never answered is down only as its domain is: that is known already,
         # so its circuit opens at its first failure, not after a threshold of its own.
-        if circuit.on_outage(now, description, down=not answered):
+        if circuit.on_outage(now, description, down=not answered, sent_at=sent_at):
             # Said at WARNING when the host goes down; each failed probe after that only at
             # DEBUG: a long outage would otherwise print a line a probe.
             logger.log(

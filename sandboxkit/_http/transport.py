@@ -626,6 +626,7 @@ class Transport:
             None if watch is None else Exchange(watch, request.method, origin_of(self.base_url))
         )
         unreported = True  # to the console's circuit
+        sent_at = self.circuits.clock()
         try:
             async with session.request(
                 request.method,
@@ -638,7 +639,7 @@ class Transport:
                 timeout=client_timeout(timeout),
                 allow_redirects=False,
             ) as response:
-                unreported = bool(self.circuits.headed(self.base_url, response.status))
+                unreported = bool(self.circuits.headed(self.base_url, response.status, sent_at))
                 if exchange is not None:
                     exchange.answered(response.status, response.headers)
                 self.refuse_if_closed(response)
@@ -653,7 +654,7 @@ class Transport:
                 finally:
                     self.reading.discard(response)
                 if unreported:  # only now: a head whose body then dies is a host going away
-                    self.circuits.answered(self.base_url, response.status)
+                    self.circuits.answered(self.base_url, response.status, sent_at)
                     unreported = False
                 if not whole and 200 <= response.status < 300:
                     raise ResponseDecodeError(
@@ -686,7 +687,7 @@ class Transport:
                 exchange.end(None)
             return reply
         if unreported and is_outage(error):  # no answer, or a head and no body: going away
-            self.circuits.failed(self.base_url, str(error))
+            self.circuits.failed(self.base_url, str(error), sent_at)
         if exchange is not None:
             exchange.end(error)
         raise error  # outside the except block: see _translate.mapped
@@ -803,6 +804,7 @@ class HostRequest:
         "_pool",
         "_request",
         "_response",
+        "_sent_at",
         "_streaming",
         "_transport",
     )
@@ -816,6 +818,7 @@ class HostRequest:
         self._response: Answer | None = None
         self._streaming: StreamingResponse | None = None
         self._headed = 0  # the status of a head whose end the host's circuit awaits
+        self._sent_at: float | None = None  # on the circuits' clock, once sent
 
     async def __aenter__(self) -> StreamingResponse:
         transport = self._transport
@@ -839,6 +842,7 @@ class HostRequest:
                 headers = exchange.sending(dict(headers) if headers else None)
             lean = self._lean(pool, headers)
             sent = transport.clock()
+            self._sent_at = transport.circuits.clock()  # the circuit's clock (tests' virtual)
             try:
                 response: Answer
                 if lean is not None:
@@ -864,7 +868,7 @@ class HostRequest:
                 error = None
             if error is not None:
                 if is_outage(error):
-                    transport.circuits.failed(host.origin, str(error))
+                    transport.circuits.failed(host.origin, str(error), self._sent_at)
                 raise error  # outside the except block: see _translate.mapped
             self._response = response  # from here on, whatever happens, `_end` ends it
             self._streaming = StreamingResponse(response, request.operation, timeout.read)
@@ -872,7 +876,7 @@ class HostRequest:
             self._streaming.throttle = throttle
             self._streaming.origin = host.origin
             pool.observe(response.status)
-            self._headed = transport.circuits.headed(host.origin, response.status)
+            self._headed = transport.circuits.headed(host.origin, response.status, self._sent_at)
             if exchange is not None:
                 exchange.answered(response.status, response.headers)
             transport.refuse_if_closed(response)
@@ -913,7 +917,8 @@ class HostRequest:
             try:
                 if self._headed:  # the circuit hears how an answer whose head came ended
                     origin = self._host.origin
-                    self._transport.circuits.ended(origin, self._headed, exc, received or 0)
+                    circuits = self._transport.circuits
+                    circuits.ended(origin, self._headed, exc, received or 0, self._sent_at)
                 if self._exchange is not None:
                     self._exchange.end(exc, received)
             finally:
