@@ -20,6 +20,10 @@ and memory are counted:
 10. ``page``: one 64 KiB ``files.read_range`` at the middle of a 1 GiB (virtual) file, on a
     server with ranges and on one without (issue 31): the bytes the server sent, and the
     time (`_page.py`).
+11. ``pacing``: concurrency found, not configured (issue 41, `_pacing.py`): a sweep of fixed
+    concurrencies against the found one over the 40 ms link, a server that degrades past N
+    at once (loopback), and a probe's round trip while a batch runs with and without
+    background mode (the link with its bandwidth capped); the link parts need root.
 
 Contenders alternate within each round and every ratio is the median of per-round ratios.
 Benchmarks are not tests: nothing here asserts a timing; a target missed is reported.
@@ -53,6 +57,7 @@ import _control
 import _faults
 import _hosts
 import _link
+import _pacing
 import _page
 import _smallfiles
 import _survive
@@ -80,6 +85,9 @@ class Sizes:
     small: tuple[int, int, int]  # requests, hosts, concurrency
     link: _link.LinkOptions = _link.DEFAULT_LINK
     page_mib: int = 1024  # the file case 10 reads a page of
+    # case 11: files of 1 MiB in the sweep, the sweep, jobs on the degrading server, files
+    # in the background part
+    pacing: tuple[int, tuple[int, ...], int, int] = (1000, (4, 8, 16, 32, 64, 128, 256), 3000, 150)
 
 
 FULL = Sizes(
@@ -112,6 +120,7 @@ QUICK = Sizes(
     link_mib=8,
     small=(400, 50, 32),
     page_mib=64,
+    pacing=(16, (4, 16), 200, 8),
 )
 
 Case = Callable[[Sizes, int, Path], Awaitable[CaseResult]]
@@ -128,6 +137,9 @@ CASES: dict[str, Case] = {
     "link": lambda s, r, w: _link.run(s.link_mib * MiB, r, w, s.link),
     "smallfiles": lambda s, r, w: _smallfiles.run(*s.small, r),
     "page": lambda s, r, w: _page.run(s.page_mib * MiB, r, w),
+    "pacing": lambda s, r, w: _pacing.run(
+        s.pacing[0], r, w, sweep=s.pacing[1], degrade_jobs=s.pacing[2], background_count=s.pacing[3]
+    ),
 }
 
 

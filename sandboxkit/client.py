@@ -151,6 +151,7 @@ class Client:
             resolver=resolver,
             proxies=proxies,
             created_at=_users_line(),
+            retry=self.retry,
         )
         self._calls = Calls(
             self._transport, self.retry, self.timeout, api_key=key, telemetry=telemetry

@@ -20,6 +20,7 @@ CASES = [
     "link",
     "smallfiles",
     "page",
+    "pacing",
 ]
 
 
