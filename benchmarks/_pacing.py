@@ -236,6 +236,8 @@ async def run(
                         {**batch_config, "background": mode == "background"}, link.client_ns
                     )
                     samples = await stop_probe(probing)
+                    if index == 0:
+                        notes.append(f"background part, {mode}'s changes: {answer['events'][:40]}")
                     inside = [
                         t for at, t in samples if answer["began"] + 1 <= at <= answer["ended"]
                     ]

@@ -444,8 +444,8 @@ def _check_local(job: DownloadJob | UploadJob, seen: dict[Path, int], index: int
         raise ValidationError(f"local directory {str(local.parent)!r} does not exist")
 
 
-# The found concurrency's bounds: where it starts (hf_xet's 4) and the most it may reach
-# (the fixed default this replaced), within `Limits`.
+# The found concurrency's bounds: where it starts (hf_xet's 4, per host) and the most it may
+# reach (the fixed default this replaced), within `Limits`.
 FOUND_START = 4
 FOUND_MAXIMUM = 256
 
@@ -461,15 +461,16 @@ def _pacer(
     ceiling = min(
         FOUND_MAXIMUM, limits.max_sandbox_connections, hosts * limits.per_host_connections
     )
-    controller = _controller(ceiling, background)
+    # hf_xet starts each endpoint at 4: so does each host here. In background mode the
+    # whole batch starts at 4: it must not flood a link it shares before it hears how full.
+    start = min(ceiling, FOUND_START if background else FOUND_START * hosts)
+    controller = _controller(ceiling, background, start)
     return _Pace(controller.limit, controller)
 
 
-def _controller(ceiling: int, background: bool) -> ConcurrencyController:
+def _controller(ceiling: int, background: bool, start: int) -> ConcurrencyController:
     """A found concurrency's controller (tests give theirs a shorter interval)."""
-    return ConcurrencyController(
-        maximum=ceiling, limit=min(FOUND_START, ceiling), background=background
-    )
+    return ConcurrencyController(maximum=ceiling, limit=start, background=background)
 
 
 @attrs.define

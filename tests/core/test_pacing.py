@@ -82,37 +82,49 @@ def test_grows_by_doubling_while_transfers_take_what_the_model_predicts() -> Non
     assert limits == [8, 16, 32, 50, 50, 50]
 
 
-def test_damped_by_interval_and_evidence() -> None:
-    """No change before `evidence` completions, nor within `min_interval` of the last."""
-    c = ConcurrencyController(evidence=8, evidence_bytes=1 << 40, min_interval=0.5)
-    assert feed(c, 0.0, 7, 0.1) == []  # 7 completions: not enough evidence
+def test_damped_by_evidence_begun_since_the_change_and_by_interval() -> None:
+    """No change before a wave of completions (`limit` of them, at most `evidence`) begun
+    since the last change; a change other than doubling also waits `min_interval`."""
+    c = ConcurrencyController(limit=4, evidence=8, evidence_bytes=1 << 40, min_interval=0.5)
+    assert feed(c, 0.0, 3, 0.1) == []  # 3 completions at 4: not a wave yet
     assert [e.concurrency for e in feed(c, 0.0, 1, 0.1)] == [8]
-    assert feed(c, 0.3, 20, 0.1) == []  # plenty of evidence, but 0.3 s after the change
+    # Begun at -0.1, before the change at 0.0: they tell of the level before, and count
+    # for nothing however many.
+    assert feed(c, 0.3, 20, 0.4) == []
     assert c.limit == 8
-    assert [e.concurrency for e in feed(c, 0.6, 1, 0.1)] == [16]
+    assert [e.concurrency for e in feed(c, 0.3, 8, 0.1)] == [16]  # doubling: no interval
+    # After a shrink, growth is by one and waits the interval.
+    assert c.congested(1.0, "503") == PaceEvent(SHRINK, 1.0, 8, reason="503")
+    assert feed(c, 1.2, 8, 0.1) == []  # a wave, but 0.2 s after the change
+    assert [e.concurrency for e in feed(c, 1.6, 1, 0.1)] == [9]
     # Enough bytes count as evidence too: two 16 MiB transfers make 32 MiB > 20 MiB.
-    d = ConcurrencyController(evidence=8, min_interval=0.5)
+    d = ConcurrencyController(limit=4, evidence=8)
     assert [e.concurrency for e in feed(d, 0.0, 2, 1.0, size=16 * MiB)] == [8]
 
 
 @pytest.mark.parametrize(
     ("limit", "slowdown", "expected", "reason"),
     [
-        # 32 in flight, each taking 2x the model: ~16 queued, beta 9.6 -> shrink by 6
-        (32, 2.0, 26, "queueing"),
-        # 8 in flight at 4x: 6 queued, beta 3 -> shrink by 3
-        (8, 4.0, 5, "queueing"),
-        # 16 at 10x: 14.4 queued -> at most half
-        (16, 10.0, 8, "queueing"),
-        # 8 at 1.2x: 1.3 queued, between alpha (1) and beta (3): no change
+        # 32 in flight, each taking 4x the model: 8 move, 24 queued, more than 16 (half):
+        # back to 16 queued
+        (32, 4.0, 24, "queueing"),
+        # 32 at 2x: 16 queued, not more than half: hold
+        (32, 2.0, 32, None),
+        # 8 at 4x: 2 move, 6 queued, more than 4: back to 4 queued
+        (8, 4.0, 6, "queueing"),
+        # 16 at 10x: 14.4 queued, 6.4 too many: by 6
+        (16, 10.0, 10, "queueing"),
+        # 64 at 20x: 60.8 queued, 28.8 too many
+        (64, 20.0, 36, "queueing"),
+        # 8 at 1.2x: 1.3 queued, between max(1, c/10) and max(3, c/2): hold
         (8, 1.2, 8, None),
     ],
 )
 def test_shrinks_on_queueing(
     limit: int, slowdown: float, expected: int, reason: str | None
 ) -> None:
-    """Transfers slower than the model by a factor `r` say `c (1 - 1/r)` are queued: more
-    than beta shrinks back toward beta, at most halving."""
+    """Transfers slower than the model by a factor `r` say `c - c/r` are queued: more than
+    half the concurrency (at least 3) shrinks back to that many."""
     c = ConcurrencyController(limit=limit, maximum=64)
     c.completed(0.0, MiB, 0.1)  # the model: 0.1 s a MiB
     events = feed(c, 1.0, 8, 0.1 * slowdown)
@@ -120,16 +132,33 @@ def test_shrinks_on_queueing(
     assert [e.reason for e in events] == ([] if reason is None else [reason])
 
 
-def test_shrinks_on_429_and_503_and_grows_one_at_a_time_after() -> None:
-    """A 429/503 shrinks by a quarter at the next allowed change; growth is then by one."""
+def test_a_growth_that_paid_goes_on_despite_queueing() -> None:
+    """From 8 to 16 the transfers moving rose from 8 to 10.7 (more than 10%): 16 grows on
+    though 5 are queued; from 16 to 32 they did not rise: 32 shrinks for its queue."""
+    c = ConcurrencyController(limit=8, maximum=64)
+    assert [e.concurrency for e in feed(c, 0.0, 8, 0.1)] == [16]
+    assert [e.concurrency for e in feed(c, 1.0, 8, 0.15)] == [32]
+    assert [(e.concurrency, e.reason) for e in feed(c, 2.0, 8, 0.3)] == [(27, "queueing")]
+
+
+def test_a_growth_that_lost_throughput_shrinks() -> None:
+    """A server past its capacity: at 16, 16 move; at 20 each takes 1.5625x as long, so
+    12.8 move. Only 7.2 are queued (under half), but 20 moves less than 16 did: shrink."""
+    c = ConcurrencyController(limit=16, maximum=20)
+    assert [e.concurrency for e in feed(c, 0.0, 8, 0.1)] == [20]
+    assert [(e.concurrency, e.reason) for e in feed(c, 1.0, 8, 0.15625)] == [(19, "queueing")]
+
+
+def test_shrinks_by_half_on_429_and_503_and_grows_one_at_a_time_after() -> None:
+    """A 429/503 halves at once, another within the interval at the next allowed change;
+    growth is then by one."""
     c = ConcurrencyController(limit=32, maximum=64)
     c.completed(0.0, MiB, 0.1)
-    event = c.congested(1.0, "503")
-    assert event == PaceEvent(SHRINK, 1.0, 24, reason="503")
+    assert c.congested(1.0, "503") == PaceEvent(SHRINK, 1.0, 16, reason="503")
     assert c.congested(1.2, "429") is None  # within the interval: waits for the next
-    assert [e.concurrency for e in feed(c, 1.6, 1, 0.1)] == [18]  # the 429's shrink
-    assert [e.concurrency for e in feed(c, 2.2, 8, 0.1)] == [19]
-    assert [e.concurrency for e in feed(c, 2.8, 8, 0.1)] == [20]
+    assert [e.concurrency for e in feed(c, 1.6, 1, 0.1)] == [8]  # the 429's shrink
+    assert [e.concurrency for e in feed(c, 2.2, 8, 0.1)] == [9]
+    assert [e.concurrency for e in feed(c, 2.8, 8, 0.1)] == [10]
 
 
 def test_stays_within_bounds() -> None:
@@ -143,28 +172,38 @@ def test_stays_within_bounds() -> None:
     assert c.limit == 2
 
 
-def test_background_shrinks_on_round_trip_inflation_and_grows_back_slowly() -> None:
-    """Background mode: round trips 60 ms past their minimum (target 50) shrink by one per
-    interval before any loss; back near the minimum it grows by one, never doubling."""
-    c = ConcurrencyController(limit=8, maximum=64, background=True, target_delay=0.05)
-    for now, rtt in [(0.0, 0.040), (0.0, 0.041), (0.0, 0.042)]:
-        assert c.round_trip(now, rtt) is None or c.limit == 8
-    limits = []
-    for step in range(1, 5):
-        for _ in range(4):
-            c.round_trip(step * 1.0, 0.100)
-        limits.append(c.limit)
-    assert limits == [7, 6, 5, 4]
-    assert c.inflation == pytest.approx(0.06)
-    for _ in range(4):
-        c.round_trip(5.0, 0.041)
-    events = feed(c, 5.0, 8, 0.1) + feed(c, 6.0, 8, 0.1)
-    assert [(e.kind, e.concurrency) for e in events] == [(GROW, 5), (GROW, 6)]
-    # Between half the target and the target: hold.
-    for _ in range(4):
-        c.round_trip(7.0, 0.075)
-    assert feed(c, 7.0, 8, 0.1) == []
-    assert c.limit == 6
+def rtts(c: ConcurrencyController, now: float, seconds: float) -> list[PaceEvent]:
+    """Eight round trips of `seconds` at `now` (fills the recent window)."""
+    return [e for _ in range(8) if (e := c.round_trip(now, seconds)) is not None]
+
+
+def test_background_backs_off_on_round_trip_inflation_and_grows_back_slowly() -> None:
+    """Background mode: round trips 15 ms past their 40 ms minimum (the target: a quarter
+    of it, 10 ms) shrink by one, 60 ms past it by half, before any loss; back near the
+    minimum it grows by one, and after a growth that inflated them waits twice as long."""
+    c = ConcurrencyController(limit=4, maximum=64, background=True)
+    assert rtts(c, 0.0, 0.040) == []
+    assert c.target == pytest.approx(0.010)
+    assert [(e.kind, e.concurrency, e.reason) for e in rtts(c, 1.0, 0.055)] == [
+        (SHRINK, 3, "latency")
+    ]
+    assert [e.concurrency for e in rtts(c, 2.0, 0.100)] == [2]  # 3 less half of it
+    # Quiet again (within the interval: the window's older, inflated ones move nothing)...
+    assert rtts(c, 2.2, 0.041) == []
+    # ...and transfers tell of room: one more.
+    assert [(e.kind, e.concurrency) for e in feed(c, 3.0, 2, 0.1)] == [(GROW, 3)]
+    assert [e.concurrency for e in rtts(c, 3.6, 0.100)] == [2]  # the growth inflated them
+    assert rtts(c, 3.8, 0.041) == []
+    assert feed(c, 4.2, 2, 0.1) == []  # 0.6 s since: it now waits 1 s
+    assert [e.concurrency for e in feed(c, 4.7, 1, 0.1)] == [3]
+
+
+def test_background_target_stays_within_5_and_25_ms() -> None:
+    """The target is a quarter of the baseline, but never under 5 ms nor over 25 ms."""
+    for base, target in [(0.001, 0.005), (0.040, 0.010), (0.400, 0.025)]:
+        c = ConcurrencyController(background=True)
+        c.round_trip(0.0, base)
+        assert c.target == pytest.approx(target)
 
 
 def test_foreground_ignores_round_trips() -> None:

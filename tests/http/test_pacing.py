@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import sandboxkit
 from sandboxkit import batch
-from sandboxkit._core.pacing import PAUSE, SHRINK, ConcurrencyController, PaceEvent
+from sandboxkit._core.pacing import GROW, PAUSE, SHRINK, ConcurrencyController, PaceEvent
 from sandboxkit.emulator import Emulator, Fault
 
 from ..files_support import Box, new_box, payload
@@ -118,10 +118,10 @@ def clear(directory: Path) -> None:
 def quick(monkeypatch: pytest.MonkeyPatch, **changes: object) -> None:
     """Make the batch's found concurrency decide at every completion (no interval)."""
 
-    def controller(ceiling: int, background: bool) -> ConcurrencyController:
+    def controller(ceiling: int, background: bool, start: int) -> ConcurrencyController:
         return ConcurrencyController(
             maximum=ceiling,
-            limit=min(batch.FOUND_START, ceiling),
+            limit=start,
             background=background,
             min_interval=0.0,
             evidence=4,
@@ -134,8 +134,8 @@ def quick(monkeypatch: pytest.MonkeyPatch, **changes: object) -> None:
 async def test_found_concurrency_grows_then_shrinks_on_503s(
     emulator: Emulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A batch with no concurrency given starts at 4 and grows while downloads finish fast;
-    503s from the host shrink it, and each change is in the summary."""
+    """A batch with no concurrency given starts at 4 a host and grows while downloads finish
+    fast; 503s shrink it, and each change is in the summary."""
     quick(monkeypatch)
     async with emulator.client(retry=sandboxkit.RetryPolicy.no_delay()) as client:
         boxes = [await new_box(emulator, client) for _ in range(4)]
@@ -150,8 +150,7 @@ async def test_found_concurrency_grows_then_shrinks_on_503s(
                 )
         first = await batch.download_many(client, jobs[:60])
         assert first.ok
-        grown = first.summary.concurrency
-        assert grown > batch.FOUND_START
+        assert [e.kind for e in first.summary.pace_events][:1] == [GROW]
         emulator.faults.script("files.download", *[Fault.status(503)] * 6)
         clear(tmp_path)
         second = await batch.download_many(client, jobs)
