@@ -8,8 +8,9 @@ Three parts, each client run a fresh process (`_pacingclient.py`):
   0.9x the best fixed concurrency's throughput (paired ratio against it).
 * ``degrade``: on loopback, the minimal server made to degrade past N downloads at once
   (each takes 20 ms, stretched by (in flight / N)^2 past N; 503 past 1.5 N), 16 KiB files
-  over 16 hosts. Targets: the found concurrency settles (its time-weighted median over the
-  second half of the run) within 30% of N; under 1% of answers are 503s.
+  over 16 hosts, found against fixed N and fixed 256. Targets: the found concurrency
+  settles (its time-weighted median over the second half of the run) within 30% of N;
+  under 1% of answers are 503s.
 * ``background``: across the link with its bandwidth capped, a probe process sends a small
   GET every 100 ms on its own connection while a batch runs in another process: the probe's
   median time during the batch over its median on the idle link, for the default mode and
@@ -108,7 +109,8 @@ async def run(
         }
         runs: dict[str, list[dict[str, Any]]] = {}
         for index in range(rounds):
-            order = [None, capacity] if index % 2 == 0 else [capacity, None]
+            # The old fixed default (256) too: what a count typed without knowing N does.
+            order = [None, capacity, 256] if index % 2 == 0 else [256, capacity, None]
             for concurrency in order:
                 name = FOUND if concurrency is None else f"fixed {concurrency}"
                 answer = await client({**common, "concurrency": concurrency}, None)

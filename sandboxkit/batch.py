@@ -2,9 +2,10 @@
 
 Every job is checked before any request is sent; then jobs run in an anyio task group under
 a `CapacityLimiter`: its size is the `concurrency` given, or, by default, found as the batch
-runs (`_core.pacing.ConcurrencyController`: it starts at 4 and grows while transfers finish
-as fast as its model predicts, shrinks on queueing, 429s, 503s and failures; in background
-mode also on the round trip inflating). A job's failure is recorded in its outcome and never
+runs (`_core.pacing.ConcurrencyController`: it starts at 4 per host and grows while
+transfers finish as fast as its model predicts or more at once moves more, shrinks on
+queueing, lost throughput, 429s, 503s and failures; in background mode also as the round
+trip inflates). A job's failure is recorded in its outcome and never
 cancels the others (cancelling the batch itself still cancels everything). Outcomes come
 back in job order.
 
@@ -275,14 +276,17 @@ async def download_many(
         client: the Client whose pools and retry policy every job shares.
         jobs: what to download; all are checked before the first request.
         concurrency: downloads in flight at once; None (the default): found as the batch
-            runs, from 4 up to 256 (and `Limits`: per host, and all hosts), grown while
-            downloads finish as fast as they did with nothing queued, shrunk as they slow
-            down and on 429s, 503s and failures.
+            runs, from 4 per host (4 in all in background mode) up to 256 and what
+            `Limits` allows (per host, and all hosts), grown while downloads finish as
+            fast as they did with nothing queued or more at once moves more, shrunk as
+            they slow down past that, as more at once moves less, and on 429s, 503s and
+            failures.
         progress: called in the event loop after each finished job; keep it quick, and do
             not let it raise (an exception from it stops the batch).
         background: yield the link to other work: the found concurrency also shrinks as
-            soon as answers' round trips grow 50 ms past their minimum (LEDBAT), before
-            any loss, and grows back one at a time. Only with `concurrency=None`.
+            soon as answers' round trips grow past their minimum by a quarter of it
+            (within 5-25 ms; LEDBAT), before any loss, and grows back one at a time. Only
+            with `concurrency=None`.
         on_pace: called in the event loop at each throttle event (`PaceEvent`): a host
             paused by a 429, the found concurrency shrinking or growing (its new value).
         checksum: compute each file's sha256 (see `files.download`).

@@ -14,12 +14,14 @@ last change), at concurrency `c`, move like `c / r` uncontended ones (the throug
 those units), and about `c - c / r` are queued somewhere (TCP Vegas's estimate, in
 transfers rather than packets). It grows while few are queued (under max(1, c/10)) or the
 last growth paid (moved 10% more than the level below): doubling until it first had to
-shrink, then by one. It shrinks when many are queued (over max(3, c/2)) and the growth to
-here did not pay, or when it lost (moved 5% less than the level below: a server past its
-capacity), back to that many queued, at most halving; and by half on a 429, 503 or failed
-transfer (TCP's multiplicative decrease). Every change waits for a wave of completions
-begun since the last change (`limit` of them, at most `evidence`; or `evidence_bytes`),
-and, but for doubling, `min_interval` since it, so one slow transfer moves nothing.
+shrink, then by one. It shrinks when the growth to here lost (moved 5% less than the level
+below: a server past its capacity), or when many are queued (over max(3, c/2)) and nothing
+says more at once pays (no level below measured; always in background mode), back to that
+many queued, at most halving (a queue whose throughput held, it keeps); and by half on a
+429, 503 or failed transfer (TCP's multiplicative decrease). Every change waits for a
+wave of completions begun since the last change (`limit` of them, at most `evidence`; or
+`evidence_bytes`), and, but for doubling, `min_interval` since it, so one slow transfer
+moves nothing.
 
 Background mode (LEDBAT, RFC 6817, at the application's level) adds a signal before any
 loss: the round trip of small requests (an answer's head). Its baseline is the minimum over
@@ -261,7 +263,12 @@ class ConcurrencyController:
         else:
             paid = lost = False
         self._moving[self.limit] = moving
-        if (queued > max(3.0, QUEUED * self.limit) and not paid) or lost:
+        # Too many queued shrinks where nothing says more at once still pays: in background
+        # mode (a queue is what it must not make), or with no level below to compare. In
+        # the foreground a queue whose throughput held is kept (a growth that did not pay
+        # is not repeated): the batch wants throughput, and more at once lost none.
+        too_many = queued > max(3.0, QUEUED * self.limit) and not paid
+        if lost or (too_many and (self.background or not below)):
             if not waited:
                 return None
             # Back to about the queue allowed (at most halving): one at a time would take

@@ -134,10 +134,24 @@ def test_shrinks_on_queueing(
 
 def test_a_growth_that_paid_goes_on_despite_queueing() -> None:
     """From 8 to 16 the transfers moving rose from 8 to 10.7 (more than 10%): 16 grows on
-    though 5 are queued; from 16 to 32 they did not rise: 32 shrinks for its queue."""
+    though 5 are queued; from 16 to 32 they held at 10.7: 32 stays, its queue of 21 kept
+    (nothing lost), and grows no more; when they then fall to 8.9, it shrinks."""
     c = ConcurrencyController(limit=8, maximum=64)
     assert [e.concurrency for e in feed(c, 0.0, 8, 0.1)] == [16]
     assert [e.concurrency for e in feed(c, 1.0, 8, 0.15)] == [32]
+    assert feed(c, 2.0, 8, 0.3) == []
+    assert feed(c, 3.0, 8, 0.3) == []
+    assert c.limit == 32
+    assert [(e.concurrency, e.reason) for e in feed(c, 4.0, 8, 0.36)] == [(25, "queueing")]
+
+
+def test_background_shrinks_a_queue_even_when_throughput_held() -> None:
+    """The same run in background mode: 32's queue of 21 shrinks back to 16 queued."""
+    c = ConcurrencyController(limit=8, maximum=64, background=True)
+    c.round_trip(0.0, 0.040)
+    feed(c, 0.0, 8, 0.1)
+    c.limit = 32
+    c._moving = {16: 32 / 3}
     assert [(e.concurrency, e.reason) for e in feed(c, 2.0, 8, 0.3)] == [(27, "queueing")]
 
 
