@@ -123,7 +123,7 @@ async def run(
                 "jobs_per_s": median([a["done"] / a["wall"] for a in answers]),
                 "settled": median([settled(a["events"], a["wall"], 4) for a in answers])
                 if name == FOUND
-                else float(capacity),
+                else float(name.split()[-1]),
                 "failed_pct": 100 * sum(failed) / max(1, sum(answered)),
                 "jobs_failed": sum(a["failed"] for a in answers),
             }
