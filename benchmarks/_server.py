@@ -160,7 +160,27 @@ async def _minimal(config: dict[str, Any]) -> None:
             return None
         return root.joinpath(*parts)
 
+    # The pacing case's server that degrades past N requests at once: each download takes
+    # `service` seconds, stretched by (in flight / N) squared past N, so more than N at once
+    # serve fewer a second; past `fail_over` x N it answers 503 at once.
+    degrade = config.get("degrade")
+    in_flight = 0
+
     async def download(request: web.Request) -> web.StreamResponse:
+        nonlocal in_flight
+        if degrade is None:
+            return await serve(request)
+        in_flight += 1
+        try:
+            capacity = degrade["capacity"]
+            if in_flight > degrade["fail_over"] * capacity:
+                return web.json_response({"message": "overloaded"}, status=503)
+            await asyncio.sleep(degrade["service"] * max(1.0, in_flight / capacity) ** 2)
+            return await serve(request)
+        finally:
+            in_flight -= 1
+
+    async def serve(request: web.Request) -> web.StreamResponse:
         # stat() on the loop is fine here: it costs microseconds and every contender pays it.
         if not authorized(request):
             return web.json_response({"message": "missing or invalid access token"}, status=401)

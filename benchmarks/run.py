@@ -22,6 +22,10 @@ and memory are counted:
     time (`_page.py`).
 11. ``budgets``: a bandwidth limit held over 10 s by 1 and by 64 transfers, up and down, and
     a live change's delay in 250 ms windows (issue 41, `_budgets.py`; the emulator).
+12. ``pacing``: concurrency found, not configured (issue 41, `_pacing.py`): a sweep of fixed
+    concurrencies against the found one over the 40 ms link, a server that degrades past N
+    at once (loopback), and a probe's round trip while a batch runs with and without
+    background mode (the link with its bandwidth capped); the link parts need root.
 
 Contenders alternate within each round and every ratio is the median of per-round ratios.
 Benchmarks are not tests: nothing here asserts a timing; a target missed is reported.
@@ -56,6 +60,7 @@ import _control
 import _faults
 import _hosts
 import _link
+import _pacing
 import _page
 import _smallfiles
 import _survive
@@ -86,6 +91,9 @@ class Sizes:
     # case 11: the limit (bytes/s), how long it is held (s), and the live change's high and
     # low limits and the seconds before each change
     budgets: tuple[int, float, tuple[int, int, float]] = (16 * MiB, 10.0, (32 * MiB, 8 * MiB, 3.0))
+    # case 12: files of 1 MiB in the sweep, the sweep, jobs on the degrading server, files
+    # in the background part
+    pacing: tuple[int, tuple[int, ...], int, int] = (1000, (4, 8, 16, 32, 64, 128, 256), 3000, 150)
 
 
 FULL = Sizes(
@@ -119,6 +127,7 @@ QUICK = Sizes(
     small=(400, 50, 32),
     page_mib=64,
     budgets=(8 * MiB, 0.5, (16 * MiB, 4 * MiB, 0.75)),
+    pacing=(16, (4, 16), 200, 8),
 )
 
 Case = Callable[[Sizes, int, Path], Awaitable[CaseResult]]
@@ -136,6 +145,9 @@ CASES: dict[str, Case] = {
     "smallfiles": lambda s, r, w: _smallfiles.run(*s.small, r),
     "page": lambda s, r, w: _page.run(s.page_mib * MiB, r, w),
     "budgets": lambda s, r, w: _budgets.run(*s.budgets, w),
+    "pacing": lambda s, r, w: _pacing.run(
+        s.pacing[0], r, w, sweep=s.pacing[1], degrade_jobs=s.pacing[2], background_count=s.pacing[3]
+    ),
 }
 
 

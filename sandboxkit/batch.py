@@ -1,14 +1,19 @@
 """Fan one operation out over many sandboxes with bounded concurrency on one Client.
 
 Every job is checked before any request is sent; then jobs run in an anyio task group under
-a `CapacityLimiter`. A job's failure is recorded in its outcome and never cancels the others
-(cancelling the batch itself still cancels everything). Outcomes come back in job order.
+a `CapacityLimiter`: its size is the `concurrency` given, or, by default, found as the batch
+runs (`_core.pacing.ConcurrencyController`: it starts at 4 per host and grows while
+transfers finish as fast as its model predicts or more at once moves more, shrinks on
+queueing, lost throughput, 429s, 503s and failures; in background mode also as the round
+trip inflates). A job's failure is recorded in its outcome and never
+cancels the others (cancelling the batch itself still cancels everything). Outcomes come
+back in job order.
 
 Example::
 
     jobs = [batch.DownloadJob(ref, "/home/user/out.bin", f"out/{ref.sandbox_key}.bin")
             for ref in refs]
-    result = await batch.download_many(client, jobs, concurrency=256)
+    result = await batch.download_many(client, jobs)
     print(result.summary)
     for outcome in result.failures:
         print(outcome.job.sandbox.sandbox_key, outcome.error)
@@ -19,7 +24,7 @@ from __future__ import annotations
 import os
 import time
 import warnings
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -27,7 +32,10 @@ import anyio
 import attrs
 
 from ._core.options import Budgets
+from ._core.pacing import PAUSE, SHRINK, ConcurrencyController, PaceEvent
+from ._core.retry import is_transient
 from ._core.validation import check_remote_path
+from ._http.telemetry import PACE_EVENT, pace_attributes
 from ._transfer.sinks import clear_leftovers
 from .errors import ValidationError
 from .models import DownloadResult, UploadResult
@@ -43,6 +51,7 @@ __all__ = [
     "DownloadJob",
     "JobOutcome",
     "JobProgress",
+    "PaceEvent",
     "SandboxRef",
     "UploadJob",
     "check_job",
@@ -162,7 +171,6 @@ class BatchSummary:
         total: jobs in the batch.
         done: jobs that succeeded (skipped ones not included).
         failed: jobs that failed.
-        skipped: jobs not run because their destination existed (`skip_existing`).
         bytes: bytes moved by the jobs that succeeded.
         attempts: requests made by the jobs that succeeded.
         retries: `attempts` less one per succeeded job.
@@ -171,6 +179,12 @@ class BatchSummary:
         elapsed: wall-clock seconds for the whole batch.
         budgets: the client's bandwidth and request limits when the batch ended
             (`Client.budgets`; shown as `budgets.describe()`).
+        skipped: jobs not run because their destination existed (`skip_existing`).
+        concurrency: jobs in flight at once at the end: the `concurrency` given, or the one
+            found.
+        pace_events: every throttle event while the batch ran, in order: each pause of a
+            host after a 429 (those of other work on the client at the time too) and
+            each change of the found concurrency.
     """
 
     total: int
@@ -183,7 +197,28 @@ class BatchSummary:
     # Shown rounded (`elapsed=0.051`): a summary is read by people; the value keeps it all.
     elapsed: float = attrs.field(repr=lambda seconds: f"{seconds:.3f}")
     skipped: int = 0
+    concurrency: int = 0
+    pace_events: tuple[PaceEvent, ...] = attrs.field(default=(), repr=False)
     budgets: Budgets = attrs.field(factory=Budgets, repr=lambda value: repr(value.describe()))
+
+    @property
+    def pauses(self) -> Mapping[str, int]:
+        """Pauses per host (`scheme://host:port`) that a 429 began while the batch ran."""
+        counts: dict[str, int] = {}
+        for event in self.pace_events:
+            if event.kind == PAUSE:
+                counts[event.host] = counts.get(event.host, 0) + 1
+        return counts
+
+    @property
+    def paused_seconds(self) -> float:
+        """The pauses' lengths added up (hosts paused at once each count)."""
+        return sum(e.seconds for e in self.pace_events if e.kind == PAUSE)
+
+    @property
+    def shrinks(self) -> int:
+        """How many times the found concurrency shrank."""
+        return sum(e.kind == SHRINK for e in self.pace_events)
 
 
 @attrs.frozen
@@ -226,11 +261,13 @@ async def download_many(
     client: Client,
     jobs: Iterable[DownloadJob],
     *,
-    concurrency: int = 256,
+    concurrency: int | None = None,
     progress: JobProgress | None = None,
     checksum: bool = True,
     skip_existing: bool = False,
     resume: bool = True,
+    background: bool = False,
+    on_pace: Callable[[PaceEvent], object] | None = None,
 ) -> BatchResult[DownloadJob, DownloadResult]:
     """Download every job's file, at most `concurrency` at a time.
 
@@ -242,9 +279,20 @@ async def download_many(
     Args:
         client: the Client whose pools and retry policy every job shares.
         jobs: what to download; all are checked before the first request.
-        concurrency: downloads in flight at once.
+        concurrency: downloads in flight at once; None (the default): found as the batch
+            runs, from 4 per host (4 in all in background mode) up to 256 and what
+            `Limits` allows (per host, and all hosts), grown while downloads finish as
+            fast as they did with nothing queued or more at once moves more, shrunk as
+            they slow down past that, as more at once moves less, and on 429s, 503s and
+            failures.
         progress: called in the event loop after each finished job; keep it quick, and do
             not let it raise (an exception from it stops the batch).
+        background: yield the link to other work: the found concurrency also shrinks as
+            soon as answers' round trips grow past their minimum by a quarter of it
+            (within 5-25 ms; LEDBAT), before any loss, and grows back one at a time. Only
+            with `concurrency=None`.
+        on_pace: called in the event loop at each throttle event (`PaceEvent`): a host
+            paused by a 429, the found concurrency shrinking or growing (its new value).
         checksum: compute each file's sha256 (see `files.download`).
         skip_existing: report a job whose local file exists as skipped, sending nothing.
         resume: continue partial files a dead process left (see `files.download`).
@@ -253,7 +301,7 @@ async def download_many(
         ValidationError: a bad job (named by its index) or a bad `concurrency`; nothing was
             sent.
     """
-    todo = _check_jobs(client, jobs, DownloadJob, concurrency)
+    todo = _check_jobs(client, jobs, DownloadJob, concurrency, background)
 
     async def run(sandbox: Sandbox, job: DownloadJob) -> DownloadResult | None:
         if skip_existing and await anyio.Path(job.dest).exists():
@@ -261,7 +309,9 @@ async def download_many(
             return None  # skipped
         return await sandbox.files.download(job.remote, job.dest, checksum=checksum, resume=resume)
 
-    outcomes, elapsed = await _run_all(todo, run, concurrency, progress)
+    outcomes, elapsed, pace = await _run_all(
+        client, todo, run, _pacer(client, todo, concurrency, background), progress, on_pace
+    )
     done = [o.result for o in outcomes if o.result is not None]
     skipped = sum(o.skipped for o in outcomes)
     attempts = sum(r.attempts for r in done)
@@ -276,6 +326,8 @@ async def download_many(
         resumes=sum(r.resumes for r in done),
         elapsed=elapsed,
         budgets=client.budgets,
+        concurrency=pace.concurrency,
+        pace_events=tuple(pace.events),
     )
     return BatchResult(tuple(outcomes), summary)
 
@@ -284,8 +336,10 @@ async def upload_many(
     client: Client,
     jobs: Iterable[UploadJob],
     *,
-    concurrency: int = 256,
+    concurrency: int | None = None,
     progress: JobProgress | None = None,
+    background: bool = False,
+    on_pace: Callable[[PaceEvent], object] | None = None,
 ) -> BatchResult[UploadJob, UploadResult]:
     """Upload every job's local file or bytes, at most `concurrency` at a time.
 
@@ -298,19 +352,23 @@ async def upload_many(
         client: the Client whose pools and retry policy every job shares.
         jobs: what to upload; all are checked (local files must exist) before any request.
             A job's `bytes` are sent from memory and are resent whole on a retry.
-        concurrency: uploads in flight at once.
+        concurrency: uploads in flight at once; None: found (as for `download_many`).
         progress: as for `download_many`.
+        background: as for `download_many`.
+        on_pace: as for `download_many`.
 
     Raises:
         ValidationError: a bad job (named by its index) or a bad `concurrency`; nothing was
             sent.
     """
-    todo = _check_jobs(client, jobs, UploadJob, concurrency)
+    todo = _check_jobs(client, jobs, UploadJob, concurrency, background)
 
     async def run(sandbox: Sandbox, job: UploadJob) -> UploadResult:
         return await sandbox.files.upload(job.remote, job.source)
 
-    outcomes, elapsed = await _run_all(todo, run, concurrency, progress)
+    outcomes, elapsed, pace = await _run_all(
+        client, todo, run, _pacer(client, todo, concurrency, background), progress, on_pace
+    )
     done = [o.result for o in outcomes if o.result is not None]
     attempts = sum(r.attempts for r in done)  # the POSTs of the uploads that succeeded
     summary = BatchSummary(
@@ -323,16 +381,26 @@ async def upload_many(
         resumes=0,  # an upload never resumes: a retry sends the whole file again
         elapsed=elapsed,
         budgets=client.budgets,
+        concurrency=pace.concurrency,
+        pace_events=tuple(pace.events),
     )
     return BatchResult(tuple(outcomes), summary)
 
 
 def _check_jobs(
-    client: Client, jobs: Iterable[J], kind: type[J], concurrency: int
+    client: Client, jobs: Iterable[J], kind: type[J], concurrency: int | None, background: bool
 ) -> list[tuple[Sandbox, J]]:
     """Validate every job and make one Sandbox handle per distinct sandbox (no network)."""
-    if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
-        raise ValidationError(f"concurrency must be an integer >= 1, got {concurrency!r}")
+    if concurrency is not None and (
+        not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1
+    ):
+        raise ValidationError(f"concurrency must be an integer >= 1 or None, got {concurrency!r}")
+    if not isinstance(background, bool):
+        raise ValidationError(f"background must be a bool, got {background!r}")
+    if background and concurrency is not None:
+        raise ValidationError(
+            "background=True finds its own concurrency: leave concurrency=None with it"
+        )
     handles: dict[SandboxRef, Sandbox] = {}
     todo: list[tuple[Sandbox, J]] = []
     locals_seen: dict[Path, int] = {}
@@ -386,25 +454,96 @@ def _check_local(job: DownloadJob | UploadJob, seen: dict[Path, int], index: int
         raise ValidationError(f"local directory {str(local.parent)!r} does not exist")
 
 
+# The found concurrency's bounds: where it starts (hf_xet's 4, per host) and the most it may
+# reach (the fixed default this replaced), within `Limits`.
+FOUND_START = 4
+FOUND_MAXIMUM = 256
+
+
+def _pacer(
+    client: Client, todo: Sequence[tuple[Sandbox, Any]], concurrency: int | None, background: bool
+) -> _Pace:
+    """The batch's concurrency: fixed, or a controller bounded by what `Limits` lets run."""
+    if concurrency is not None:
+        return _Pace(concurrency, None)
+    limits = client.limits
+    hosts = len({id(sandbox) for sandbox, _ in todo}) or 1
+    ceiling = min(
+        FOUND_MAXIMUM, limits.max_sandbox_connections, hosts * limits.per_host_connections
+    )
+    # hf_xet starts each endpoint at 4: so does each host here. In background mode the
+    # whole batch starts at 4: it must not flood a link it shares before it hears how full.
+    start = min(ceiling, FOUND_START if background else FOUND_START * hosts)
+    controller = _controller(ceiling, background, start)
+    return _Pace(controller.limit, controller)
+
+
+def _controller(ceiling: int, background: bool, start: int) -> ConcurrencyController:
+    """A found concurrency's controller (tests give theirs a shorter interval)."""
+    return ConcurrencyController(maximum=ceiling, limit=start, background=background)
+
+
+@attrs.define
+class _Pace:
+    """A batch's concurrency as it runs, and the throttle events it met."""
+
+    concurrency: int
+    controller: ConcurrencyController | None
+    events: list[PaceEvent] = attrs.field(factory=list)
+
+
 async def _run_all(
+    client: Client,
     todo: Sequence[tuple[Sandbox, J]],
     run: Callable[[Sandbox, J], Awaitable[R | None]],
-    concurrency: int,
+    pace: _Pace,
     progress: JobProgress | None,
-) -> tuple[list[JobOutcome[J, R]], float]:
-    started = time.monotonic()
+    on_pace: Callable[[PaceEvent], object] | None,
+) -> tuple[list[JobOutcome[J, R]], float, _Pace]:
+    clock = time.monotonic
+    started = clock()
     outcomes: list[JobOutcome[J, R] | None] = [None] * len(todo)
-    limiter = anyio.CapacityLimiter(concurrency)
+    limiter = anyio.CapacityLimiter(pace.concurrency)
     finished = 0
+    controller = pace.controller
+    telemetry = client._calls.telemetry
+    span = None
+    if telemetry is not None and telemetry.tracer is not None:
+        span = telemetry.start_span("sandboxkit.batch", None)
+
+    def paced(event: PaceEvent | None) -> None:
+        if event is None:
+            return
+        if controller is not None and event.kind != PAUSE:
+            limiter.total_tokens = pace.concurrency = controller.limit
+        pace.events.append(event)
+        if span is not None and span.is_recording():
+            span.add_event(PACE_EVENT, pace_attributes(event))
+        if on_pace is not None:
+            on_pace(event)
+
+    def heard(origin: str, status: int, seconds: float, paused: PaceEvent | None) -> None:
+        paced(paused)
+        if controller is None:
+            return
+        if status in (429, 503):
+            paced(controller.congested(clock(), str(status)))
+        elif 200 <= status < 300:
+            paced(controller.round_trip(clock(), seconds))
 
     async def one(index: int, sandbox: Sandbox, job: J, slot: object) -> None:
         nonlocal finished
         try:
+            begun = clock()
             try:
                 result = await run(sandbox, job)  # None: skipped
                 outcome: JobOutcome[J, R] = JobOutcome(job, result, None, result is None)
+                if controller is not None and result is not None:
+                    paced(controller.completed(clock(), result.size, clock() - begun))
             except Exception as exc:  # one job's failure is data; cancellation is not caught
                 outcome = JobOutcome(job, None, exc)
+                if controller is not None and is_transient(exc):
+                    paced(controller.congested(clock(), "failure"))
             outcomes[index] = outcome
             finished += 1
             if progress is not None:
@@ -412,11 +551,21 @@ async def _run_all(
         finally:
             limiter.release_on_behalf_of(slot)
 
-    async with anyio.create_task_group() as group:
-        for index, (sandbox, job) in enumerate(todo):
-            # Acquire before spawning: a million-job list holds `concurrency` tasks, not a
-            # million parked ones.
-            slot = object()
-            await limiter.acquire_on_behalf_of(slot)
-            group.start_soon(one, index, sandbox, job, slot)
-    return [o for o in outcomes if o is not None], time.monotonic() - started
+    listeners = client._transport.hosts.listeners
+    listeners.append(heard)
+    try:
+        async with anyio.create_task_group() as group:
+            for index, (sandbox, job) in enumerate(todo):
+                # Acquire before spawning: a million-job list holds `concurrency` tasks, not
+                # a million parked ones.
+                slot = object()
+                await limiter.acquire_on_behalf_of(slot)
+                group.start_soon(one, index, sandbox, job, slot)
+    finally:
+        listeners.remove(heard)
+        if span is not None:
+            if span.is_recording():
+                span.set_attribute("sandboxkit.concurrency", pace.concurrency)
+                span.set_attribute("sandboxkit.batch.jobs", len(todo))
+            span.end()
+    return [o for o in outcomes if o is not None], clock() - started, pace

@@ -157,6 +157,7 @@ class Client:
             proxies=proxies,
             created_at=_users_line(),
             budgets=budgets,
+            retry=self.retry,
         )
         self._calls = Calls(
             self._transport, self.retry, self.timeout, api_key=key, telemetry=telemetry

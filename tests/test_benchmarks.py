@@ -21,6 +21,7 @@ CASES = [
     "smallfiles",
     "page",
     "budgets",
+    "pacing",
 ]
 
 

@@ -379,6 +379,29 @@ assert sorted(os.listdir("results")) == sorted(
 ), os.listdir("results")
 """,
     ),
+    "async def fetch_politely": (
+        "",
+        """
+from sandboxkit.emulator import Fault
+bodies = [portal.call(emu.create_sandbox) for _ in range(2)]
+refs = [sandboxkit.SandboxRef.from_response(body) for body in bodies]
+for body in bodies:
+    root = emu.sandbox_root(body["data"]["sandbox_key"])
+    (root / "home/user/result.json").write_text('{"ok": true}')
+emu.faults.script("files.download", Fault.status(429, retry_after="0.1"))
+
+async def drive():
+    async with sandboxkit.Client() as client:
+        return await namespace["fetch_politely"](client, refs)
+
+summary = asyncio.run(drive())
+assert summary.done == 2, summary
+[(host, count)] = summary.pauses.items()
+assert count == 1 and summary.paused_seconds == 0.1, summary.pace_events
+assert 1 <= summary.concurrency <= 4, summary
+assert {r.sandbox_key + ".json" for r in refs} <= set(os.listdir(".")), os.listdir(".")
+""",
+    ),
     "async def read_and_write": (
         "",
         """

@@ -42,7 +42,9 @@ from typing import Any, Generic, Protocol, TypeVar
 import anyio
 import attrs
 
-from .._core.options import Limits
+from .._core.answers import parse_retry_after
+from .._core.options import Limits, RetryPolicy
+from .._core.pacing import PAUSE, HostPause, PaceEvent
 from .._core.protocol import OUTAGE_STATUSES
 from .._core.retry import Circuit, ConcurrencyWindow, is_outage
 from ..errors import SandboxKitError
@@ -54,6 +56,7 @@ __all__ = [
     "HostKey",
     "HostPool",
     "HostPools",
+    "PaceListener",
     "Session",
     "may_be_down",
 ]
@@ -66,6 +69,10 @@ class Session(Protocol):
 
 
 S = TypeVar("S", bound=Session)
+
+PaceListener = Callable[[str, int, float, "PaceEvent | None"], object]
+"""Told of every answer's head on a sandbox host: (origin, status, seconds the head took,
+the pause it began or None). A batch listens while it runs (its found concurrency)."""
 
 
 @attrs.frozen
@@ -100,6 +107,7 @@ class HostPool(Generic[S]):
     waiters: dict[asyncio.Future[HostPool[Any] | None], None] = attrs.field(factory=dict)
     last_used: float = 0.0
     closing: bool = False
+    pause: HostPause = attrs.field(factory=HostPause)  # a 429 pauses every call to the host
     route: Any = None  # the transport's, made of `session` (dropped with it); never read here
 
     @property
@@ -149,6 +157,7 @@ class HostPools(Generic[S]):
         make_session: Callable[[HostKey], S],
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[object]] = anyio.sleep,
+        pause_policy: RetryPolicy | None = None,
     ) -> None:
         self._limits = limits
         self._make_session = make_session
@@ -168,6 +177,48 @@ class HostPools(Generic[S]):
         self._spare = 0  # sockets being freed that no request closing a pool keeps
         self.opened = 0
         self.evicted = 0
+        # How long a 429 pauses its host: the client's policy (a call's own policy decides
+        # its own retries, not how long every call to the host waits).
+        self.pause_policy = pause_policy or RetryPolicy()
+        self.listeners: list[PaceListener] = []
+
+    def headed(
+        self, pool: HostPool[S], status: int, retry_after: str | None, seconds: float
+    ) -> PaceEvent | None:
+        """An answer's head came from `pool`'s host in `seconds`: move its window, pause
+        the host on a 429 (or a 503 with `Retry-After`), tell the listeners. Returns the
+        pause this began, if any (said once, at WARNING)."""
+        pool.observe(status)
+        event = None
+        if status == 429 or (status == 503 and retry_after is not None):
+            policy = self.pause_policy
+            honor = policy.honor_retry_after
+            now = self._clock()
+            length = pool.pause.throttled(
+                now,
+                parse_retry_after(retry_after, time.time()),
+                first=policy.initial_backoff if honor else 0.0,
+                cap=policy.max_retry_after if honor else 0.0,
+            )
+            if length is not None:
+                event = PaceEvent(PAUSE, now, pool.window.allowed, pool.origin, length, str(status))
+                logger.warning(
+                    "%s answered %d%s: every call to it waits %.2fs",
+                    pool.origin,
+                    status,
+                    "" if retry_after is None else f" (Retry-After: {retry_after})",
+                    length,
+                )
+        elif 200 <= status < 300 and pool.pause.backoff:
+            pool.pause.succeeded()
+        for listener in self.listeners:
+            listener(pool.origin, status, seconds, event)
+        return event
+
+    async def wait_paused(self, pool: HostPool[S]) -> None:
+        """Wait while the host is paused (a pause may be extended while waiting)."""
+        while (left := pool.pause.remaining(self._clock())) > 0:
+            await self._sleep(left)
 
     def __len__(self) -> int:
         return len(self._pools)

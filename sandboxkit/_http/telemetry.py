@@ -29,6 +29,7 @@ from .._core.events import (
     origin_of,
     retry_reason,
 )
+from .._core.pacing import PaceEvent
 from .._core.protocol import REQUEST_ID
 from .._core.retry import TryAgain
 from .._version import __version__
@@ -38,7 +39,17 @@ if TYPE_CHECKING:
     from opentelemetry.context import Context
     from opentelemetry.trace import Span, Tracer, TracerProvider
 
-__all__ = ["HOOK_NAMES", "Exchange", "Telemetry", "Transfer", "Watch", "check_hook", "watching"]
+__all__ = [
+    "HOOK_NAMES",
+    "PACE_EVENT",
+    "Exchange",
+    "Telemetry",
+    "Transfer",
+    "Watch",
+    "check_hook",
+    "pace_attributes",
+    "watching",
+]
 
 logger = logging.getLogger("sandboxkit")
 
@@ -48,6 +59,23 @@ Transfer = Callable[[], tuple[int, int | None]]
 
 # The watch of the operation running in this task; None when nothing listens.
 watching: ContextVar[Watch | None] = ContextVar("sandboxkit_watch", default=None)
+
+
+# The span event of a throttle: a host paused, the found concurrency shrank or grew.
+PACE_EVENT = "sandboxkit.throttle"
+
+
+def pace_attributes(event: PaceEvent) -> dict[str, str | int | float]:
+    """A `PaceEvent` as span event attributes (the host as its `host[:port]` only)."""
+    attributes: dict[str, str | int | float] = {
+        "sandboxkit.throttle.kind": event.kind,
+        "sandboxkit.throttle.reason": event.reason,
+        "sandboxkit.concurrency": event.concurrency,
+    }
+    if event.host:
+        attributes["server.address"] = origin_of(event.host).address
+        attributes["sandboxkit.throttle.seconds"] = event.seconds
+    return attributes
 
 
 def check_hook(name: str, hook: object) -> None:
@@ -232,6 +260,12 @@ class Watch:
             host = self.origin.host if self.origin is not None else ""
             event = RetryEvent(self.operation, host, self.requests, delay, reason)
             self.tm.fire("on_retry", hook, event)
+
+    def paced(self, event: PaceEvent) -> None:
+        """This operation's request paused its host (a 429): an event on its span."""
+        span = self.span
+        if span is not None and span.is_recording():
+            span.add_event(PACE_EVENT, pace_attributes(event))
 
     def end(self, exc: BaseException | None, transfer: Transfer | None) -> None:
         """The operation is over: it returned (`exc` None) or raised `exc`."""

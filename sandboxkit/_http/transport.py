@@ -41,13 +41,14 @@ from .._core.answers import (
     error_for,
 )
 from .._core.events import origin_of
-from .._core.options import Bearer, Budgets, Limits, Timeout
+from .._core.options import Bearer, Budgets, Limits, RetryPolicy, Timeout
 from .._core.protocol import (
     ACCEPT_ENCODING,
     ACCESS_TOKEN,
     AUTHORIZATION,
     CONTENT_ENCODING,
     REQUEST_ID,
+    RETRY_AFTER,
     ApiRequest,
     DataRequest,
     query_string,
@@ -503,6 +504,7 @@ class Transport:
         clock: Callable[[], float] = time.monotonic,
         created_at: tuple[str, int],
         budgets: Budgets | None = None,
+        retry: RetryPolicy | None = None,
     ) -> None:
         self.base_url = base_url
         self.created_at = created_at  # the file and line of the code that made the client
@@ -512,6 +514,7 @@ class Transport:
         self.tunnel_headers = self.proxies.tunnel_headers()
         self._callers_resolver = resolver
         self.clock = clock  # the pools', the circuits' and the answers' (`head_seconds`)
+        self.retry = retry  # the client's: how long a 429 pauses its host (`HostPools`)
         self._closed = False
         # The budgets every request and body draws from (`throttle`); kept across a fork.
         self.throttle = Throttle(budgets if budgets is not None else Budgets(), clock)
@@ -528,7 +531,7 @@ class Transport:
         self._forgotten: AsyncGeneratorType[None, None] | None = None
         self._control: aiohttp.ClientSession | None = None
         self.hosts: HostPools[aiohttp.ClientSession] = HostPools(
-            self.limits, self._make_host_session, self.clock
+            self.limits, self._make_host_session, self.clock, pause_policy=self.retry
         )
         # What each request met, by host: `Calls` waits on a host whose circuit is open.
         self.circuits = Circuits(self.clock, console=self.base_url)
@@ -833,6 +836,8 @@ class HostRequest:
         request = self._request
         timeout = request.timeout
         try:
+            if pool.pause.until and pool.pause.remaining(transport.clock()):
+                await pools.wait_paused(pool)  # a 429 paused the host: no request goes
             # Begun once the host's slot is held: its elapsed time is the request's own.
             watch = watching.get()
             exchange = None
@@ -872,10 +877,14 @@ class HostRequest:
                 raise error  # outside the except block: see _translate.mapped
             self._response = response  # from here on, whatever happens, `_end` ends it
             self._streaming = StreamingResponse(response, request.operation, timeout.read)
-            self._streaming.head_seconds = transport.clock() - sent
+            head = self._streaming.head_seconds = transport.clock() - sent
             self._streaming.throttle = throttle
             self._streaming.origin = host.origin
-            pool.observe(response.status)
+            status = response.status
+            retry_after = response.headers.get(RETRY_AFTER) if status in (429, 503) else None
+            paused = pools.headed(pool, status, retry_after, head)
+            if paused is not None and watch is not None:
+                watch.paced(paused)
             self._headed = transport.circuits.headed(host.origin, response.status, self._sent_at)
             if exchange is not None:
                 exchange.answered(response.status, response.headers)
