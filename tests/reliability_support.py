@@ -253,11 +253,14 @@ class VirtualTime:
 
 
 def on_virtual_time(client: sandboxkit.Client, time: VirtualTime) -> None:
-    """Run `client`'s retry loop and circuits on `time`, with no jitter in backoff."""
+    """Run `client`'s retry loop, circuits and host pauses on `time`, with no jitter in
+    backoff."""
     client._calls.sleep = time.sleep
     client._calls.clock = time.clock
     client._calls.rand = lambda: 0.0
     client._calls.transport.circuits.clock = time.clock
+    client._calls.transport.hosts.pause_clock = time.clock
+    client._calls.transport.hosts.pause_sleep = time.sleep
 
 
 @contextlib.asynccontextmanager

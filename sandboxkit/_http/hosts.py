@@ -180,6 +180,11 @@ class HostPools(Generic[S]):
         # How long a 429 pauses its host: the client's policy (a call's own policy decides
         # its own retries, not how long every call to the host waits).
         self.pause_policy = pause_policy or RetryPolicy()
+        # The pauses' own clock and sleep, apart from the idle timer's: a test that runs the
+        # retry loop on virtual time puts the pauses on it too, so a call that waited out a
+        # Retry-After there finds its host's pause over.
+        self.pause_clock: Callable[[], float] = clock
+        self.pause_sleep: Callable[[float], Awaitable[object]] = sleep
         self.listeners: list[PaceListener] = []
 
     def headed(
@@ -193,7 +198,7 @@ class HostPools(Generic[S]):
         if status == 429 or (status == 503 and retry_after is not None):
             policy = self.pause_policy
             honor = policy.honor_retry_after
-            now = self._clock()
+            now = self.pause_clock()
             length = pool.pause.throttled(
                 now,
                 parse_retry_after(retry_after, time.time()),
@@ -217,8 +222,8 @@ class HostPools(Generic[S]):
 
     async def wait_paused(self, pool: HostPool[S]) -> None:
         """Wait while the host is paused (a pause may be extended while waiting)."""
-        while (left := pool.pause.remaining(self._clock())) > 0:
-            await self._sleep(left)
+        while (left := pool.pause.remaining(self.pause_clock())) > 0:
+            await self.pause_sleep(left)
 
     def __len__(self) -> int:
         return len(self._pools)

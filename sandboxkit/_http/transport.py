@@ -836,7 +836,7 @@ class HostRequest:
         request = self._request
         timeout = request.timeout
         try:
-            if pool.pause.until and pool.pause.remaining(transport.clock()):
+            if pool.pause.until and pool.pause.remaining(pools.pause_clock()):
                 await pools.wait_paused(pool)  # a 429 paused the host: no request goes
             # Begun once the host's slot is held: its elapsed time is the request's own.
             watch = watching.get()
