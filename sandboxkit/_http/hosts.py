@@ -1,6 +1,6 @@
 """What the client keeps for each sandbox host: its pool of connections (with the host's 429
-window) and its circuit. Nothing here imports aiohttp: the session type is a parameter
-(aiohttp's; fakes in tests).
+window and its pause after a 429, `pacing.HostPause`) and its circuit. Nothing here imports
+aiohttp: the session type is a parameter (aiohttp's; fakes in tests).
 
 **Pools** (`HostPools`): one session per (host, token), bounded by sockets, closed when idle.
 The bound is `Limits.max_sandbox_connections`, in sockets. Each pool is charged one for each
