@@ -13,19 +13,17 @@ from __future__ import annotations
 
 import copy
 import json
-import logging
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
-from ._errors import ErrorCode, ToolError, where_raised
+from ._errors import ErrorCode, ToolError, unexpected
 from ._tool import Progress, Tool
 from ._toolkit import Toolkit
 
 __all__ = ["Answer", "answer", "arguments_from_json", "schema_of"]
 
-logger = logging.getLogger("sandboxkit.agents")
 
 # Far more than any tool's arguments need (a write is at most `max_write` bytes of content,
 # base64 at 4/3): a bound on what `json.loads` is asked to build from a model's text.
@@ -93,14 +91,5 @@ async def answer(
     except ToolError as error:
         return Answer.of_error(error)
     except Exception as exc:
-        # `Toolkit.call` makes every failure a ToolError: this is a bug of ours, for the
-        # application's developers (its type and place, never its text), not the model.
-        logger.error("tool %s: unexpected %s", name, where_raised(exc))
-        return Answer.of_error(
-            ToolError(
-                ErrorCode.INTERNAL,
-                f"{name} failed on an internal error; it was logged for the application's "
-                "developers. Retrying will not help.",
-                retryable=False,
-            )
-        )
+        # `Toolkit.call` makes every failure a ToolError: this is a bug of ours.
+        return Answer.of_error(unexpected(name, exc))

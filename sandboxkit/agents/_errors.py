@@ -14,13 +14,14 @@ from __future__ import annotations
 import contextlib
 import enum
 import errno
+import logging
 import traceback
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from .. import errors
 
-__all__ = ["ErrorCode", "ToolError", "about", "translate", "where_raised"]
+__all__ = ["ErrorCode", "ToolError", "about", "translate", "unexpected", "where_raised"]
 
 
 class ErrorCode(enum.StrEnum):
@@ -261,3 +262,16 @@ def where_raised(exc: BaseException) -> str:
         parts.append(f"{type(seen).__module__}.{type(seen).__qualname__}\n{frames}")
         seen = seen.__cause__ or seen.__context__
     return "\ncaused while handling ".join(parts)
+
+
+def unexpected(name: str, exc: BaseException) -> ToolError:
+    """The tool error for a failure outside the tools' contract (a bug of ours): logged for
+    the application's developers on `sandboxkit.agents` by its type and place (never its
+    text, which could quote anything), and told to the model as `internal`."""
+    logging.getLogger("sandboxkit.agents").error("tool %s: unexpected %s", name, where_raised(exc))
+    return ToolError(
+        ErrorCode.INTERNAL,
+        f"{name} failed on an internal error; it was logged for the application's "
+        "developers. Retrying will not help.",
+        retryable=False,
+    )

@@ -24,7 +24,7 @@ from ..errors import ValidationError
 from ._build_tools import GET_BUILD, LIST_BUILDS, READ_BUILD_LOGS, WAIT_FOR_BUILD
 from ._copies import Copies, CopyHandles
 from ._copy_tools import CANCEL_COPY, COPY_STATUS, DOWNLOAD_FILE, UPLOAD_FILE
-from ._errors import ErrorCode, ToolError, where_raised
+from ._errors import ErrorCode, ToolError, unexpected
 from ._file_tools import EDIT_FILE, READ_FILE, WRITE_FILE
 from ._paths import check_root
 from ._schema import field, obj, result, validate
@@ -315,13 +315,7 @@ class Toolkit:
             raise scrubbed from error.__cause__
         except Exception as exc:
             # No model should read what this is; the application's developers should.
-            logger.error("tool %s: unexpected %s", name, where_raised(exc))
-            raise ToolError(
-                ErrorCode.INTERNAL,
-                f"{name} failed on an internal error; it was logged for the application's "
-                "developers. Retrying will not help.",
-                retryable=False,
-            ) from None
+            raise unexpected(name, exc) from None
 
     def _scrubbed(self, error: ToolError) -> ToolError:
         """`error` with the workspace's absolute path (which an SDK message may hold) shown
