@@ -180,7 +180,16 @@ async def test_handles_are_bounded_unguessable_and_forgotten_in_time(
         assert kit._copies is not None
         now = [0.0]
         kit._copies._clock = lambda: now[0]
-        first, second = [await handle_of(kit, slow_plane, name) for name in ("a", "b")]
+        # Each copy's request reaches the server (and stalls there) before the next step:
+        # a handle answers within 1 ms, before its GET is even sent, and a copy cancelled
+        # then would send none (under uvloop, now and then).
+        handled = []
+        for name in ("a", "b"):
+            handled.append(await handle_of(kit, slow_plane, name))
+            with anyio.fail_after(10):
+                await slow_plane.stalled.wait()
+            slow_plane.stalled.clear()
+        first, second = handled
         assert first != second
         assert all(re.fullmatch(r"copy_[A-Za-z0-9_-]{22}", i) for i in (first, second))
         with pytest.raises(ToolError) as refused:
