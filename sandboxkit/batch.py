@@ -32,7 +32,7 @@ import anyio
 import attrs
 
 from ._core.options import Budgets
-from ._core.pacing import PAUSE, SHRINK, ConcurrencyController, PaceEvent
+from ._core.pacing import PAUSE, SHRINK, START, ConcurrencyController, PaceEvent
 from ._core.retry import is_transient
 from ._core.validation import check_remote_path
 from ._http.telemetry import PACE_EVENT, pace_attributes
@@ -183,8 +183,9 @@ class BatchSummary:
         concurrency: jobs in flight at once at the end: the `concurrency` given, or the one
             found.
         pace_events: every throttle event while the batch ran, in order: each pause of a
-            host after a 429 (those of other work on the client at the time too) and
-            each change of the found concurrency.
+            host after a 429 (those of other work on the client at the time too), each
+            change of the found concurrency (`host` ""), and with
+            `Limits.found_host_concurrency` each change of a host's own (named by `host`).
     """
 
     total: int
@@ -217,8 +218,9 @@ class BatchSummary:
 
     @property
     def shrinks(self) -> int:
-        """How many times the found concurrency shrank."""
-        return sum(e.kind == SHRINK for e in self.pace_events)
+        """How many times the batch's found concurrency shrank (a host's own, with
+        `Limits.found_host_concurrency`, are the events that name their host)."""
+        return sum(e.kind == SHRINK and not e.host for e in self.pace_events)
 
 
 @attrs.frozen
@@ -454,9 +456,8 @@ def _check_local(job: DownloadJob | UploadJob, seen: dict[Path, int], index: int
         raise ValidationError(f"local directory {str(local.parent)!r} does not exist")
 
 
-# The found concurrency's bounds: where it starts (hf_xet's 4, per host) and the most it may
-# reach (the fixed default this replaced), within `Limits`.
-FOUND_START = 4
+# The most a batch's found concurrency may reach (the fixed default this replaced), within
+# `Limits`; it starts at `pacing.START` per host.
 FOUND_MAXIMUM = 256
 
 
@@ -473,7 +474,7 @@ def _pacer(
     )
     # hf_xet starts each endpoint at 4: so does each host here. In background mode the
     # whole batch starts at 4: it must not flood a link it shares before it hears how full.
-    start = min(ceiling, FOUND_START if background else FOUND_START * hosts)
+    start = min(ceiling, START if background else START * hosts)
     controller = _controller(ceiling, background, start)
     return _Pace(controller.limit, controller)
 
@@ -514,7 +515,7 @@ async def _run_all(
     def paced(event: PaceEvent | None) -> None:
         if event is None:
             return
-        if controller is not None and event.kind != PAUSE:
+        if controller is not None and event.kind != PAUSE and not event.host:
             limiter.total_tokens = pace.concurrency = controller.limit
         pace.events.append(event)
         if span is not None and span.is_recording():
@@ -551,8 +552,9 @@ async def _run_all(
         finally:
             limiter.release_on_behalf_of(slot)
 
-    listeners = client._transport.hosts.listeners
-    listeners.append(heard)
+    hosts = client._transport.hosts
+    hosts.listeners.append(heard)
+    hosts.paced.append(paced)  # each host's found concurrency (`Limits.found_host_concurrency`)
     try:
         async with anyio.create_task_group() as group:
             for index, (sandbox, job) in enumerate(todo):
@@ -562,7 +564,8 @@ async def _run_all(
                 await limiter.acquire_on_behalf_of(slot)
                 group.start_soon(one, index, sandbox, job, slot)
     finally:
-        listeners.remove(heard)
+        hosts.listeners.remove(heard)
+        hosts.paced.remove(paced)
         if span is not None:
             if span.is_recording():
                 span.set_attribute("sandboxkit.concurrency", pace.concurrency)

@@ -178,6 +178,12 @@ def at_least(minimum: int) -> Validator:
     return check
 
 
+def flag(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """An attrs validator: True or False (not 1, not "yes"), else ValidationError."""
+    if not isinstance(value, bool):
+        raise ValidationError(f"{attribute.name}={value!r}: must be True or False")
+
+
 def seconds(*, zero: bool = False, none: bool = False) -> Validator:
     """An attrs validator: a positive number of seconds (0 too with `zero`, None with `none`),
     else ValidationError."""
@@ -234,12 +240,20 @@ class Limits:
             sockets are closed (a host with a request in flight keeps its own); with every
             socket busy, the request waits for one. At least `per_host_connections`.
         host_idle_seconds: a sandbox host unused this long has its sockets closed.
+        found_host_concurrency: find each sandbox host's requests at once, within
+            `per_host_connections`, from how its transfers end, for every call (a download's
+            slices, calls outside a batch): it starts at 4, grows while transfers end as
+            fast as their sizes predict, shrinks on 429, 503, failures and queueing, at most
+            one change each half second and wave of transfers (`pacing.ConcurrencyController`).
+            Off (the default): `per_host_connections` at once, halved by each 429 and grown
+            back by successes. A batch finds its own concurrency, over all its hosts, either way.
     """
 
     control_plane_connections: int = attrs.field(default=100, validator=at_least(1))
     per_host_connections: int = attrs.field(default=8, validator=at_least(1))
     max_sandbox_connections: int = attrs.field(default=2048, validator=_covers_one_host)
     host_idle_seconds: float = attrs.field(default=60.0, validator=seconds())
+    found_host_concurrency: bool = attrs.field(default=False, validator=flag)
 
 
 @attrs.frozen

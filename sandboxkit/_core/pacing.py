@@ -43,12 +43,16 @@ __all__ = [
     "GROW",
     "PAUSE",
     "SHRINK",
+    "START",
     "ConcurrencyController",
     "HostPause",
     "PaceEvent",
 ]
 
 PAUSE = "pause"
+# Where a found concurrency starts, for each host (hf_xet's 4 per endpoint): a batch starts at
+# this many per host it covers, a host whose concurrency is found at this many.
+START = 4
 # Background mode: a growth that inflated the round trip makes the next one wait up to
 # min_interval * 2**this.
 MAX_PATIENCE = 4
@@ -79,6 +83,8 @@ class PaceEvent:
         seconds: how long the pause lasts (0 for a change of concurrency).
         reason: why: "429", "503", "failure", "queueing", "latency" (background mode),
             "room" (a growth).
+        rate: for a change of concurrency, the bytes per second that the transfers which
+            ended since the previous change moved (0 for a pause, or when none ended).
     """
 
     kind: str
@@ -87,6 +93,7 @@ class PaceEvent:
     host: str = ""
     seconds: float = 0.0
     reason: str = ""
+    rate: float = 0.0
 
 
 @attrs.define
@@ -175,6 +182,7 @@ class ConcurrencyController:
     _probing: bool = False  # background: the last change was a growth, not yet judged
     _patience: int = 0  # background: growth waits min_interval * 2**this after a shrink
     _bytes: int = 0
+    _first_began: float | None = None  # when the first transfer counted in `_bytes` began
     _ratios: list[float] = attrs.field(factory=list)
     _congested: str = ""
     # size class -> (period, fastest seconds) pairs, oldest first: the model
@@ -201,6 +209,8 @@ class ConcurrencyController:
         self._ratios.append(1.0 if expected is None else max(1.0, seconds / expected))
         self._completions += 1
         self._bytes += size
+        if self._first_began is None or now - seconds < self._first_began:
+            self._first_began = now - seconds
         return self.decide(now)
 
     def congested(self, now: float, reason: str) -> PaceEvent | None:
@@ -299,10 +309,13 @@ class ConcurrencyController:
         """No change: gather fresh evidence for the next decision."""
         self.last_change = now
         self._completions = self._bytes = 0
+        self._first_began = None
         self._ratios.clear()
 
     def _change(self, now: float, step: int, reason: str) -> PaceEvent | None:
         before = self.limit
+        span = now - self._first_began if self._first_began is not None else 0.0
+        rate = self._bytes / span if span > 0 else 0.0
         self.limit = max(self.minimum, min(self.maximum, self.limit + step))
         self._probing = step > 0 and self.background
         self._congested = ""
@@ -311,7 +324,7 @@ class ConcurrencyController:
             self.shrank = True
         if self.limit == before:
             return None
-        return PaceEvent(GROW if step > 0 else SHRINK, now, self.limit, reason=reason)
+        return PaceEvent(GROW if step > 0 else SHRINK, now, self.limit, reason=reason, rate=rate)
 
 
 def _keep_minimum(

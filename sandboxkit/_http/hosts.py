@@ -44,7 +44,7 @@ import attrs
 
 from .._core.answers import parse_retry_after
 from .._core.options import Limits, RetryPolicy
-from .._core.pacing import PAUSE, HostPause, PaceEvent
+from .._core.pacing import GROW, PAUSE, START, ConcurrencyController, HostPause, PaceEvent
 from .._core.protocol import OUTAGE_STATUSES
 from .._core.retry import Circuit, ConcurrencyWindow, is_outage
 from ..errors import SandboxKitError
@@ -57,6 +57,7 @@ __all__ = [
     "HostPool",
     "HostPools",
     "PaceListener",
+    "PacedListener",
     "Session",
     "may_be_down",
 ]
@@ -73,6 +74,9 @@ S = TypeVar("S", bound=Session)
 PaceListener = Callable[[str, int, float, "PaceEvent | None"], object]
 """Told of every answer's head on a sandbox host: (origin, status, seconds the head took,
 the pause it began or None). A batch listens while it runs (its found concurrency)."""
+
+PacedListener = Callable[[PaceEvent], object]
+"""Told of every change of a host's found concurrency (`Limits.found_host_concurrency`)."""
 
 
 @attrs.frozen
@@ -108,6 +112,9 @@ class HostPool(Generic[S]):
     last_used: float = 0.0
     closing: bool = False
     pause: HostPause = attrs.field(factory=HostPause)  # a 429 pauses every call to the host
+    # `Limits.found_host_concurrency`: the host's requests at once, found from how they end
+    # (the limiter's size; `window` is then not used). None: the window alone.
+    found: ConcurrencyController | None = None
     route: Any = None  # the transport's, made of `session` (dropped with it); never read here
 
     @property
@@ -122,6 +129,8 @@ class HostPool(Generic[S]):
 
     def observe(self, status: int) -> None:
         """Feed an answer's status to the window: a 429 halves it, a success grows it."""
+        if self.found is not None:
+            return  # the found concurrency hears it instead (`HostPools.headed`)
         if status == 429:
             self.on_throttled()
         elif 200 <= status < 300 and self.window.size < self.window.maximum:
@@ -186,6 +195,7 @@ class HostPools(Generic[S]):
         self.pause_clock: Callable[[], float] = clock
         self.pause_sleep: Callable[[float], Awaitable[object]] = sleep
         self.listeners: list[PaceListener] = []
+        self.paced: list[PacedListener] = []
 
     def headed(
         self, pool: HostPool[S], status: int, retry_after: str | None, seconds: float
@@ -216,8 +226,40 @@ class HostPools(Generic[S]):
                 )
         elif 200 <= status < 300 and pool.pause.backoff:
             pool.pause.succeeded()
+        if pool.found is not None and status in (429, 503):
+            self._found(pool, pool.found.congested(self.pause_clock(), str(status)))
         for listener in self.listeners:
             listener(pool.origin, status, seconds, event)
+        return event
+
+    def transferred(self, pool: HostPool[S], size: int | None, seconds: float) -> PaceEvent | None:
+        """A request to a host whose concurrency is found ended: it moved `size` bytes in
+        `seconds` from its send to its end, or (None) failed as a host busy or going away
+        fails. Returns the change of the host's concurrency this made, if any."""
+        found = pool.found
+        if found is None:
+            return None
+        now = self.pause_clock()
+        if size is None:
+            return self._found(pool, found.congested(now, "failure"))
+        return self._found(pool, found.completed(now, size, seconds))
+
+    def _found(self, pool: HostPool[S], event: PaceEvent | None) -> PaceEvent | None:
+        """Apply a change of the host's found concurrency: its limiter, a DEBUG line, the
+        listeners told (the event named by its host)."""
+        if event is None or pool.found is None:
+            return None
+        pool.limiter.total_tokens = pool.found.limit
+        event = attrs.evolve(event, host=pool.origin)
+        logger.debug(
+            "%s: requests at once %s to %d (%s)",
+            pool.origin,
+            "grew" if event.kind == GROW else "shrank",
+            event.concurrency,
+            event.reason,
+        )
+        for listener in self.paced:
+            listener(event)
         return event
 
     async def wait_paused(self, pool: HostPool[S]) -> None:
@@ -464,12 +506,16 @@ class HostPools(Generic[S]):
 
     def _open(self, key: HostKey) -> HostPool[S]:
         per_host = self._limits.per_host_connections
+        found = None
+        if self._limits.found_host_concurrency:
+            found = ConcurrencyController(maximum=per_host, limit=START)
         pool = HostPool(
             key=key,
             session=self._make_session(key),
             window=ConcurrencyWindow(maximum=per_host),
-            limiter=_limiter_class()(per_host),
+            limiter=_limiter_class()(per_host if found is None else found.limit),
             last_used=self._clock(),
+            found=found,
         )
         self._pools[key] = pool
         self.opened += 1

@@ -75,6 +75,8 @@ def pace_attributes(event: PaceEvent) -> dict[str, str | int | float]:
     if event.host:
         attributes["server.address"] = origin_of(event.host).address
         attributes["sandboxkit.throttle.seconds"] = event.seconds
+    if event.rate:
+        attributes["sandboxkit.throttle.rate"] = event.rate  # bytes/s before the change
     return attributes
 
 

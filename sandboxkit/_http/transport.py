@@ -801,6 +801,7 @@ class HostRequest:
     """
 
     __slots__ = (
+        "_begun",
         "_exchange",
         "_headed",
         "_host",
@@ -822,6 +823,8 @@ class HostRequest:
         self._streaming: StreamingResponse | None = None
         self._headed = 0  # the status of a head whose end the host's circuit awaits
         self._sent_at: float | None = None  # on the circuits' clock, once sent
+        # On the pauses' clock, once sent, if its host's concurrency is found (None: not).
+        self._begun: float | None = None
 
     async def __aenter__(self) -> StreamingResponse:
         transport = self._transport
@@ -846,6 +849,8 @@ class HostRequest:
                 exchange = self._exchange = Exchange(watch, request.method, origin_of(host.origin))
                 headers = exchange.sending(dict(headers) if headers else None)
             lean = self._lean(pool, headers)
+            if pool.found is not None:
+                self._begun = pools.pause_clock()
             sent = transport.clock()
             self._sent_at = transport.circuits.clock()  # the circuit's clock (tests' virtual)
             try:
@@ -930,10 +935,31 @@ class HostRequest:
                     circuits.ended(origin, self._headed, exc, received or 0, self._sent_at)
                 if self._exchange is not None:
                     self._exchange.end(exc, received)
+                if self._begun is not None:
+                    self._transferred(exc, received or 0, self._begun)
             finally:
                 pool, self._pool = self._pool, None
                 if pool is not None and self._transport.hosts.release(pool, self):
                     await self._transport.hosts.close_released(pool)
+
+    def _transferred(self, exc: BaseException | None, received: int, begun: float) -> None:
+        """Tell the host's found concurrency how this request ended: the bytes it moved
+        both ways and its time, or a failure that says the host is busy or going away."""
+        pool = self._pool
+        if pool is None:
+            return
+        hosts = self._transport.hosts
+        seconds = hosts.pause_clock() - begun
+        if exc is None and 200 <= self._headed < 300:
+            sent = getattr(self._request.data, "size", None)  # an upload's body, if it says
+            size: int | None = received + (sent if isinstance(sent, int) else 0)
+        elif isinstance(exc, SandboxKitError) and is_outage(exc):
+            size = None
+        else:
+            return  # cancelled, or an answer about the request (a 404): nothing of the host
+        event = hosts.transferred(pool, size, seconds)
+        if event is not None and self._exchange is not None:
+            self._exchange.watch.paced(event)
 
     def _drop_response(self) -> int | None:
         """Give the answer's connection back (or close it); the bytes it received, if any."""

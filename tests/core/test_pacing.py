@@ -102,6 +102,16 @@ def test_damped_by_evidence_begun_since_the_change_and_by_interval() -> None:
     assert [e.concurrency for e in feed(d, 0.0, 2, 1.0, size=16 * MiB)] == [8]
 
 
+def test_a_change_tells_the_rate_of_the_transfers_that_ended_since_the_last() -> None:
+    """The bytes the transfers counted for a change moved, over the time from the first of
+    them began to the change; none ended since the last change: 0."""
+    c = ConcurrencyController(limit=4, evidence=4)
+    events = feed(c, 0.5, 3, 0.5) + feed(c, 0.5, 1, 0.25)  # begun at 0.0 and 0.25
+    assert [(e.kind, e.concurrency, e.rate) for e in events] == [(GROW, 8, 8 * MiB)]
+    shrink = c.congested(1.1, "429")
+    assert shrink is not None and (shrink.concurrency, shrink.rate) == (4, 0.0)
+
+
 @pytest.mark.parametrize(
     ("limit", "slowdown", "expected", "reason"),
     [
@@ -168,7 +178,7 @@ def test_shrinks_by_half_on_429_and_503_and_grows_one_at_a_time_after() -> None:
     growth is then by one."""
     c = ConcurrencyController(limit=32, maximum=64)
     c.completed(0.0, MiB, 0.1)
-    assert c.congested(1.0, "503") == PaceEvent(SHRINK, 1.0, 16, reason="503")
+    assert c.congested(1.0, "503") == PaceEvent(SHRINK, 1.0, 16, reason="503", rate=MiB / 1.1)
     assert c.congested(1.2, "429") is None  # within the interval: waits for the next
     assert [e.concurrency for e in feed(c, 1.6, 1, 0.1)] == [8]  # the 429's shrink
     assert [e.concurrency for e in feed(c, 2.2, 8, 0.1)] == [9]
