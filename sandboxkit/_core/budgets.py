@@ -9,6 +9,11 @@ drawers share the rate exactly, and no drawer waits for a wake-up to learn it ma
 rate changes, debt is forgiven: a drawer that reserved under the old rate draws again under
 the new one, so a lowered limit is not held up by a debt the old limit ran up, and a raised
 one is not held back by waits the old one computed.
+
+A full bucket (`TokenBucket.full`) is the same as a fresh one: it holds no debt, so no drawer
+is waiting on it (a drawer's wait ends when the debt it left is paid, and a full bucket has
+refilled past that). A throttle may so drop full per-host buckets and make them anew when
+their host draws again; `next_sweep` says when it looks for them.
 """
 
 from __future__ import annotations
@@ -21,10 +26,12 @@ from ..errors import ValidationError
 __all__ = [
     "GRAIN_MAX",
     "GRAIN_MIN",
+    "SWEEP_FLOOR",
     "TokenBucket",
     "byte_capacity",
     "describe_rate",
     "grain_for",
+    "next_sweep",
     "parse_bwlimit",
     "parse_rate",
 ]
@@ -70,6 +77,11 @@ class TokenBucket:
             self.tokens = min(self.capacity, self.tokens + (now - self.stamp) * self.rate)
             self.stamp = now
 
+    def full(self, now: float) -> bool:
+        """Whether the bucket holds all it may at `now` (no debt, nothing drawn that has not
+        refilled): then it is the same as a fresh bucket, and may be dropped."""
+        return self.tokens + max(now - self.stamp, 0.0) * self.rate >= self.capacity
+
     def take(self, amount: float, now: float) -> float:
         """Take `amount` tokens now; the seconds the drawer must wait before going on (0: at
         once). The debt this leaves delays later draws, not this one's tokens again."""
@@ -84,6 +96,19 @@ class TokenBucket:
         self.rate = rate
         self.capacity = capacity
         self.tokens = min(max(self.tokens, 0.0), capacity)
+
+
+# The per-host buckets a throttle holds before it first sweeps out the full ones: a batch over
+# fewer hosts never sweeps, and one over 100,000 keeps a few thousand, not 100,000.
+SWEEP_FLOOR = 1024
+
+
+def next_sweep(kept: int) -> int:
+    """How many per-host buckets a throttle may hold before it next sweeps out the full ones,
+    after a sweep that kept `kept` (those still in use). Twice as many: the next sweep comes
+    only after as many new hosts as this one kept, so a sweep's cost is paid by the draws that
+    made the buckets it looks at, even when every host is busy and nothing can be dropped."""
+    return max(SWEEP_FLOOR, 2 * kept)
 
 
 _UNITS = {"b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}

@@ -11,6 +11,11 @@ Unlimited (the default) costs one attribute read per piece or request: the flags
 `downloads`, `uploads` and `requests` say whether anything is limited, and nothing else is
 looked at when they are False.
 
+Per-host buckets are kept only while they are in use: when the throttle holds as many as
+`budgets.next_sweep` allows, it drops the full ones (a full bucket is a fresh one), so a batch
+over 100,000 sandboxes holds the buckets of the hosts drawing now, not one per host it ever
+met.
+
 `update` changes the budgets while transfers run: every waiter wakes at once and draws again
 under the new rates (the old debt is forgiven), so a change takes effect within one grain.
 """
@@ -24,7 +29,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterable, Callable
 
 from .._core import operations as ops
-from .._core.budgets import TokenBucket, byte_capacity, grain_for
+from .._core.budgets import SWEEP_FLOOR, TokenBucket, byte_capacity, grain_for, next_sweep
 from .._core.options import Budgets
 
 __all__ = ["Direction", "Throttle", "paced"]
@@ -65,6 +70,7 @@ class Throttle:
     __slots__ = (
         "_clock",
         "_hosts",
+        "_sweep_at",
         "_total",
         "_waiters",
         "budgets",
@@ -77,6 +83,7 @@ class Throttle:
         self._clock = clock
         self._total: dict[Direction, TokenBucket] = {}
         self._hosts: dict[tuple[str, Direction], TokenBucket] = {}
+        self._sweep_at = SWEEP_FLOOR
         self._waiters: set[asyncio.Future[bool]] = set()
         self.budgets = Budgets()
         self.downloads = self.uploads = self.requests = False
@@ -154,10 +161,19 @@ class Throttle:
             assert host is not None
             bucket = self._hosts.get((origin, direction))
             if bucket is None:
-                bucket = TokenBucket(rate, _capacity(host, direction, rate), self._clock())
+                now = self._clock()
+                if len(self._hosts) >= self._sweep_at:
+                    self._sweep(now)
+                bucket = TokenBucket(rate, _capacity(host, direction, rate), now)
                 self._hosts[origin, direction] = bucket
             buckets.append(bucket)
         return buckets
+
+    def _sweep(self, now: float) -> None:
+        """Drop the per-host buckets that are full at `now`: a host that draws again gets a
+        fresh one, which is the same. One in debt, or with a drawer waiting on it, is kept."""
+        self._hosts = {key: b for key, b in self._hosts.items() if not b.full(now)}
+        self._sweep_at = next_sweep(len(self._hosts))
 
     async def draw(self, origin: str, direction: Direction, amount: int) -> None:
         """Take `amount` (bytes, or 1 request) from the client's and `origin`'s buckets,

@@ -10,6 +10,10 @@ backend (`sandboxkit.agents.deepagents`), so a refusal means the same everywhere
 - `conflict`: the file is no longer the version expected (its bytes hash otherwise, its
   version token differs, or it exists where it was expected absent, or the reverse).
 
+The deepagents backend matches in the file's own line ends (`replaced_as_read`), since its
+`read` shows every line end as LF; the tools' `read_file` shows them as they are, so
+`edit_file` matches exactly what it is given.
+
 Every refusal comes before the upload: nothing is written. What cannot be made atomic is the
 window between the check (a read) and the upload: the service has no conditional upload, so
 a write landing in between is overwritten. A conflict's message never shows the file's
@@ -39,6 +43,7 @@ __all__ = [
     "expect",
     "read_current",
     "replaced",
+    "replaced_as_read",
     "unified_diff",
     "version_of",
 ]
@@ -194,6 +199,44 @@ def replaced(text: str, old: str, new: str, replace_all: bool, subject: str) -> 
     return text[:first] + new + text[first + len(old) :], 1
 
 
+def _crlf(text: str) -> str:
+    return text.replace("\r\n", "\n").replace("\n", "\r\n")
+
+
+def _lf(text: str) -> str:
+    return text.replace("\r\n", "\n")
+
+
+def replaced_as_read(
+    text: str, old: str, new: str, replace_all: bool, subject: str
+) -> tuple[str, int]:
+    """`replaced`, for `old` and `new` copied from a read that showed every line end as LF
+    (deepagents' `read`), the text's own line ends kept.
+
+    A text whose every line ends in CRLF has both matched and written with CRLF. Any other
+    (LF, no line end at all, or mixed) takes deepagents' sandbox backend's rule: `old` as
+    given, then with CRLF line ends, then with LF ones; the first that occurs is replaced by
+    `new` written the same way. Old text spanning a CRLF line and an LF one matches none:
+    `no_match`, saying the file mixes line ends.
+
+    Raises:
+        ToolError: as `replaced`.
+    """
+    if "\r\n" in text and "\n" not in text.replace("\r\n", ""):
+        return replaced(text, _crlf(old), _crlf(new), replace_all, subject)
+    for variant_old, variant_new in ((old, new), (_crlf(old), _crlf(new)), (_lf(old), _lf(new))):
+        if variant_old and variant_old in text:
+            return replaced(text, variant_old, variant_new, replace_all, subject)
+    if "\r\n" in text and "\n" in old:
+        raise ToolError(
+            ErrorCode.NO_MATCH,
+            f"{subject} does not contain old_string, and mixes CRLF and LF line ends: old "
+            "text must lie within lines of one kind to match. Nothing was written. Give a "
+            "shorter old_string (one line), or replace the file whole with write_file.",
+        )
+    return replaced(text, old, new, replace_all, subject)
+
+
 def unified_diff(before: str, after: str, path: str) -> str:
     """The unified diff from `before` to `after` (3 lines of context; both headers name
     `path`), lines split at LF only; a last line without one is followed by
@@ -237,9 +280,12 @@ async def edit_file(
     expected_version: str | None = None,
     encoding: str = "utf-8",
     max_size: int,
+    read_as_lf: bool = False,
 ) -> Edited:
     """Replace `old` by `new` in the text file at `path` (read whole, at most `max_size`
-    bytes, as `encoding`), and upload the result unless `dry_run`.
+    bytes, as `encoding`), and upload the result unless `dry_run`. With `read_as_lf` (the
+    model read the file with every line end shown as LF), `old` and `new` are matched and
+    written in the file's own line ends (`replaced_as_read`); else exactly as given.
 
     Raises:
         ToolError: `not_found` (no such file), `too_large` (over `max_size`, before or
@@ -265,7 +311,8 @@ async def edit_file(
             f"{subject} is not {encoding} text (byte {exc.start} does not decode). Nothing "
             "was written. Declare its encoding, or replace it whole with write_file.",
         ) from None
-    after, count = replaced(text, old, new, replace_all, subject)
+    replace = replaced_as_read if read_as_lf else replaced
+    after, count = replace(text, old, new, replace_all, subject)
     try:
         data = after.encode(encoding)
     except UnicodeEncodeError:

@@ -25,7 +25,9 @@ split as deepagents' own backends split them (`\\n`, `\\r\\n`, `\\r`), the windo
 raw with `\\n` line ends (deepagents' middleware adds the numbers), and its text is capped
 as deepagents' sandbox backend caps it. `edit` is the tool kit's `edit_file` (one
 implementation): exact text, unique unless `replace_all`, on a file of at most
-`ToolLimits.max_write` bytes.
+`ToolLimits.max_write` bytes, but in the file's own line ends: `read` shows a CRLF file's
+lines with LF, so the text a model copies from it is matched, and written, with CRLF there
+(deepagents' sandbox backend's rule; `_edits.replaced_as_read`).
 """
 
 from __future__ import annotations
@@ -348,7 +350,9 @@ class SandboxBackend(BackendProtocol):
         replace_all: bool = False,
     ) -> EditResult:
         """Replace exact text (the tool kit's `edit_file`): `old_string` must occur once
-        unless `replace_all`; a file of at most `max_write` bytes, UTF-8."""
+        unless `replace_all`; a file of at most `max_write` bytes, UTF-8. Line ends are the
+        file's: text copied from `read` (which shows them as LF) matches a CRLF file, and
+        `new_string` is written there with CRLF."""
 
         async def run() -> EditResult:
             path = self._path(file_path)
@@ -360,6 +364,7 @@ class SandboxBackend(BackendProtocol):
                 new_string,
                 replace_all=bool(replace_all),
                 max_size=self._limits.max_write,
+                read_as_lf=True,
             )
             return EditResult(path=path, occurrences=edited.replacements)
 

@@ -250,6 +250,50 @@ async def test_edits_that_match_nothing_or_many_places_write_nothing(
     assert box.get("/home/user/e.txt") == b"x = 2\ny = 2\n"
 
 
+@pytest.mark.parametrize(
+    ("data", "edited"),
+    [
+        (
+            b"def f():\r\n    return 1\r\n\r\nx = f()\r\n",
+            b"def f():\r\n    y = 2\r\n    return y\r\n\r\nx = f()\r\n",
+        ),
+        (
+            b"def f():\n    return 1\n\nx = f()\n",
+            b"def f():\n    y = 2\n    return y\n\nx = f()\n",
+        ),
+    ],
+)
+async def test_an_edit_copied_from_read_keeps_the_files_line_ends(
+    box: Box, backend: SandboxBackend, data: bytes, edited: bytes
+) -> None:
+    """Lines copied from `aread` (LF between them) edit a CRLF file, which stays CRLF, the
+    new lines too; an LF file is edited as before."""
+    box.put("/home/user/crlf.py", data)
+    shown = await backend.aread("/home/user/crlf.py")
+    assert shown.file_data is not None
+    old = "\n".join(shown.file_data["content"].split("\n")[:2])  # as a model copies it
+    assert old == "def f():\n    return 1"
+    done = await backend.aedit("/home/user/crlf.py", old, "def f():\n    y = 2\n    return y")
+    assert (done.error, done.occurrences) == (None, 1)
+    assert box.get("/home/user/crlf.py") == edited
+
+
+async def test_an_edit_across_mixed_line_ends_is_refused_saying_so(
+    emulator: Emulator, box: Box, backend: SandboxBackend
+) -> None:
+    """Old text spanning a CRLF line and an LF one matches neither way: `no_match` naming the
+    mixed line ends, nothing sent; within one kind of line it edits in that kind."""
+    box.put("/home/user/mixed.txt", b"a\r\nb\nc\n")
+    before = requests(emulator, "files.upload")
+    across = await backend.aedit("/home/user/mixed.txt", "a\nb\nc", "x")
+    assert across.error is not None and across.error.startswith("no_match (retryable: false)")
+    assert "mixes CRLF and LF" in across.error
+    assert requests(emulator, "files.upload") == before
+    within = await backend.aedit("/home/user/mixed.txt", "b\nc", "B\nC")
+    assert within.error is None
+    assert box.get("/home/user/mixed.txt") == b"a\r\nB\nC\n"
+
+
 async def test_writes_are_bounded_and_need_their_directory(
     emulator_client: sandboxkit.Client, box: Box, emulator: Emulator
 ) -> None:

@@ -16,7 +16,7 @@ import pytest
 
 import sandboxkit
 from sandboxkit.agents import ErrorCode, ToolError, Toolkit, ToolLimits
-from sandboxkit.agents._edits import replaced, unified_diff
+from sandboxkit.agents._edits import replaced, replaced_as_read, unified_diff
 from sandboxkit.emulator import Emulator
 
 from ..conftest import hostile_client
@@ -95,6 +95,50 @@ def test_an_edit_that_matches_no_or_many_places_is_refused(
     assert caught.value.code is code
 
 
+@pytest.mark.parametrize(
+    ("text", "old", "new", "replace_all", "expected"),
+    [
+        # CRLF throughout: LF text as read matches, and the new text is written with CRLF.
+        ("a\r\nb\r\nc\r\n", "a\nb\n", "x\ny\n", False, ("x\r\ny\r\nc\r\n", 1)),
+        ("a\r\nb\r\n", "b", "b1\nb2", False, ("a\r\nb1\r\nb2\r\n", 1)),
+        ("a\r\nb\r\n", "a\r\nb", "c\r\nd", False, ("c\r\nd\r\n", 1)),
+        ("x\r\nx\r\n", "x\n", "y\n", True, ("y\r\ny\r\n", 2)),
+        # LF: as given; CRLF text (copied from bytes) matched and written with LF.
+        ("a\nb\n", "a\nb", "c\nd", False, ("c\nd\n", 1)),
+        ("a\nb\n", "a\r\nb", "c\r\nd", False, ("c\nd\n", 1)),
+        ("abc", "b", "x\ny", False, ("ax\nyc", 1)),  # no line end to keep
+        # Mixed: deepagents' sandbox backend's order (as given, CRLF, LF); the match's kind.
+        ("a\r\nb\nc\n", "b\nc\n", "B\nC\n", False, ("a\r\nB\nC\n", 1)),
+        ("a\r\nb\r\nc\n", "a\nb\n", "x\n", False, ("x\r\nc\n", 1)),
+    ],
+)
+def test_an_edit_as_read_keeps_the_files_line_ends(
+    text: str, old: str, new: str, replace_all: bool, expected: tuple[str, int]
+) -> None:
+    """Text copied from a read that showed LF matches in the file's line ends, kept on write."""
+    assert replaced_as_read(text, old, new, replace_all, "f") == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "old", "new", "code", "says"),
+    [
+        ("a\r\nb\nc\n", "a\nb\n", "x", ErrorCode.NO_MATCH, "mixes CRLF and LF"),
+        ("a\r\nb\r\n", "z", "y", ErrorCode.NO_MATCH, "must match exactly"),
+        ("x\r\nx\r\n", "x\n", "y", ErrorCode.AMBIGUOUS_MATCH, "2 occurrences"),
+        ("a\r\n", "", "y", ErrorCode.INVALID_ARGUMENT, "must not be empty"),
+        ("a\r\n", "a\r\n", "a\n", ErrorCode.INVALID_ARGUMENT, "the same"),  # line ends only
+    ],
+)
+def test_an_edit_as_read_is_refused_as_an_exact_one(
+    text: str, old: str, new: str, code: ErrorCode, says: str
+) -> None:
+    """Absent, non-unique, empty or unchanged text is refused by code; text across mixed line
+    ends is refused saying so."""
+    with pytest.raises(ToolError, match=says) as caught:
+        replaced_as_read(text, old, new, False, "f")
+    assert caught.value.code is code
+
+
 def test_the_diff_is_diff_u_with_its_missing_newline_marker() -> None:
     """The diff is unified, 3 lines of context, and marks a last line without a newline."""
     assert unified_diff("a\nb\nc", "a\nB\nc", "/f") == (
@@ -138,6 +182,19 @@ async def test_absent_or_ambiguous_old_text_writes_nothing(
     assert twice.code is ErrorCode.AMBIGUOUS_MATCH and "replace_all" in twice.message
     assert box.get(FILE) == SOURCE
     assert uploads(emulator) == before
+
+
+async def test_the_tools_edit_matches_a_crlf_file_exactly(
+    edit_kit: Toolkit, box: Box, emulator: Emulator
+) -> None:
+    """`read_file` shows a CRLF file's `\\r`, so `edit_file` takes its text as given: LF
+    text is no match (nothing sent), CRLF text edits it."""
+    box.put(FILE, b"a = 1\r\nb = 2\r\n")
+    before = uploads(emulator)
+    lf = await refused(edit_kit, "edit_file", remote="app.py", old_text="a = 1\nb", new_text="c")
+    assert lf.code is ErrorCode.NO_MATCH and uploads(emulator) == before
+    await call(edit_kit, "edit_file", remote="app.py", old_text="1\r\nb", new_text="1\r\nB")
+    assert box.get(FILE) == b"a = 1\r\nB = 2\r\n"
 
 
 async def test_replace_all_replaces_every_occurrence(edit_kit: Toolkit, box: Box) -> None:

@@ -11,9 +11,11 @@ import sandboxkit
 from sandboxkit._core.budgets import (
     GRAIN_MAX,
     GRAIN_MIN,
+    SWEEP_FLOOR,
     TokenBucket,
     describe_rate,
     grain_for,
+    next_sweep,
     parse_bwlimit,
 )
 
@@ -40,6 +42,47 @@ def test_a_bucket_reserves_draws_in_order_at_its_rate(
     """Each draw is told how long to wait; the waits space draws at exactly the rate."""
     bucket = TokenBucket(rate=100.0, capacity=10.0, now=0.0)
     assert [bucket.take(amount, now) for now, amount in steps] == pytest.approx(waits)
+
+
+@pytest.mark.parametrize(
+    ("steps", "at", "full"),
+    [
+        # (time, amount) draws from a 100/s bucket of capacity 10, full at t=0.
+        ([], 0.0, True),  # a fresh bucket is full
+        ([(0, 10)], 0.0, False),  # its burst drawn
+        ([(0, 10)], 0.09, False),  # 9 of 10 refilled
+        ([(0, 10)], 0.1, True),  # all refilled: the same as a fresh bucket
+        ([(0, 30)], 0.2, False),  # in debt until 0.2, and empty then (its drawer goes on)
+        ([(0, 30)], 0.29, False),
+        ([(0, 30)], 0.3, True),
+        ([(0, 1), (1.0, 1)], 1.0, False),  # a draw just now, after an idle second
+        ([(0, 10)], -5.0, False),  # a clock read before the last draw adds nothing
+    ],
+)
+def test_a_bucket_is_full_once_every_draw_has_refilled(
+    steps: list[tuple[float, int]], at: float, full: bool
+) -> None:
+    """`full` (which lets a throttle drop the bucket) is true only with no debt and nothing
+    drawn left to refill."""
+    bucket = TokenBucket(rate=100.0, capacity=10.0, now=0.0)
+    for now, amount in steps:
+        bucket.take(amount, now)
+    assert bucket.full(at) is full
+
+
+@pytest.mark.parametrize(
+    ("kept", "next_at"),
+    [
+        (0, SWEEP_FLOOR),
+        (SWEEP_FLOOR // 2, SWEEP_FLOOR),
+        (SWEEP_FLOOR // 2 + 1, SWEEP_FLOOR + 2),  # twice the busy ones, once past the floor
+        (SWEEP_FLOOR, 2 * SWEEP_FLOOR),
+        (50_000, 100_000),
+    ],
+)
+def test_the_next_sweep_comes_after_as_many_new_hosts_as_were_kept(kept: int, next_at: int) -> None:
+    """A sweep that could drop little is not repeated on the next new host."""
+    assert next_sweep(kept) == next_at
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ from collections.abc import AsyncGenerator
 import pytest
 
 import sandboxkit
+from sandboxkit._core.budgets import SWEEP_FLOOR
 from sandboxkit._http.throttle import Direction, Throttle, paced
 
 A, B = "http://a.sandbox.test", "http://b.sandbox.test"
@@ -22,6 +23,22 @@ class FakeClock:
 
     def __call__(self) -> float:
         return self.now
+
+
+class TimedThrottle(Throttle):
+    """A throttle whose waits are written down and end at once (no timer runs)."""
+
+    def __init__(self, budgets: sandboxkit.Budgets, clock: FakeClock) -> None:
+        super().__init__(budgets, clock)
+        self.waits: list[float] = []
+
+    async def _sleep(self, seconds: float) -> bool:
+        self.waits.append(seconds)
+        return False
+
+
+def host(number: int) -> str:
+    return f"http://s{number}.sandbox.test"
 
 
 async def settled() -> None:
@@ -135,3 +152,62 @@ async def test_an_upload_body_is_cut_into_grains_only_while_limited() -> None:
 
     sizes = [len(piece) async for piece in paced(chunks(), throttle, A)]
     assert sizes == [1 << 20] + [256 << 10] * 4
+
+
+async def test_per_host_buckets_stay_bounded_over_many_hosts() -> None:
+    """20,000 hosts drawing one after another, each refilled 10 ms after its draw, leave the
+    throttle holding at most SWEEP_FLOOR buckets, and every first draw goes at once."""
+    clock = FakeClock()
+    per_host = sandboxkit.Budgets(requests_per_second=100, download_bytes_per_second=1 << 20)
+    throttle = TimedThrottle(sandboxkit.Budgets(per_host=per_host), clock)
+    most = 0
+    for number in range(20_000):
+        clock.now = number / 1000
+        await throttle.draw(host(number), Direction.REQUESTS, 1)
+        await throttle.draw(host(number), Direction.DOWN, 4096)
+        most = max(most, len(throttle._hosts))
+    assert most <= SWEEP_FLOOR
+    assert throttle.waits == []
+
+
+async def test_a_sweep_keeps_the_hosts_in_debt_and_their_limits_hold() -> None:
+    """A sweep drops only full buckets: hosts that all drew just now are all kept, and a host
+    that drew its burst right before a sweep still waits its rate's time after it."""
+    clock = FakeClock()
+    per_host = sandboxkit.Budgets(requests_per_second=10, request_burst=5)
+    throttle = TimedThrottle(sandboxkit.Budgets(per_host=per_host), clock)
+    busy = 3 * SWEEP_FLOOR  # all at t=0: none is full, so sweeps drop nothing
+    for number in range(busy):
+        await throttle.draw(host(number), Direction.REQUESTS, 5)
+    assert len(throttle._hosts) == busy
+    clock.now = 100.0  # every one of them full again
+    for _ in range(5):
+        await throttle.draw(host(0), Direction.REQUESTS, 1)  # host 0's burst, at once
+    assert throttle.waits == []
+    for number in range(busy, 2 * busy):  # new hosts: the next sweep comes on one of them
+        await throttle.draw(host(number), Direction.REQUESTS, 1)
+    kept = {origin for origin, _ in throttle._hosts}
+    assert host(0) in kept and host(1) not in kept and len(kept) <= busy + 1
+    await throttle.draw(host(0), Direction.REQUESTS, 1)  # its burst is spent: 1/10 s
+    assert throttle.waits == pytest.approx([0.1])
+
+
+async def test_a_sweep_keeps_a_bucket_a_drawer_waits_on() -> None:
+    """A host whose drawer waits on its debt keeps its bucket through a sweep, and the
+    waiter is not woken by it."""
+    clock = FakeClock()
+    per_host = sandboxkit.Budgets(requests_per_second=10)
+    throttle = Throttle(sandboxkit.Budgets(per_host=per_host), clock)
+    waiter = asyncio.ensure_future(throttle.draw(host(0), Direction.REQUESTS, 100_000))
+    await settled()
+    assert not waiter.done()  # 10,000 s at 10/s
+    bucket = throttle._hosts[host(0), Direction.REQUESTS]
+    clock.now = 10.0
+    for number in range(1, 2 * SWEEP_FLOOR):
+        await throttle.draw(host(number), Direction.REQUESTS, 1)
+        clock.now += 0.1  # each new host full again before the next one draws
+    await settled()
+    assert not waiter.done()
+    assert throttle._hosts[host(0), Direction.REQUESTS] is bucket
+    assert len(throttle._hosts) < SWEEP_FLOOR
+    waiter.cancel()
