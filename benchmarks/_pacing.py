@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import attrs
 from _measure import MiB, median
 from _netns import HERE, SERVER_ADDRESS, Link, LinkOptions, remove_leftovers, why_not
 from _report import CaseResult, Column, target
@@ -75,6 +76,89 @@ def settled(events: list[list[Any]], wall: float, start: int) -> float:
     return float("nan")
 
 
+# The second degrade part: one host of 16 serves 2 at once (503 past 3); the rest any number.
+ONE_HOST_CAPACITY = 2
+FOUND_BATCH = "found by the batch only"
+
+
+@attrs.define
+class Part:
+    """One part's rows, notes and targets."""
+
+    rows: list[dict[str, Any]] = attrs.field(factory=list)
+    notes: list[str] = attrs.field(factory=list)
+    targets: list[Any] = attrs.field(factory=list)
+
+
+async def degrade_part(
+    work: Path, small: Path, jobs: int, rounds: int, capacity: int, host: str | None
+) -> Part:
+    """Found against fixed counts on a server that degrades past `capacity` at once (on
+    `host` only, when given), with and without each host finding its own concurrency."""
+    part = Part()
+    degrade = {"capacity": capacity, "service": 0.02, "fail_over": 1.5, "host": host}
+    where = f"N={capacity}" if host is None else f"one host of 16 at N={capacity}"
+    # (name, concurrency, `Limits.found_host_concurrency`): the default (the batch and its
+    # hosts find theirs), the batch's alone (as before hosts found theirs), the old fixed
+    # default 256 (what a count typed without knowing N does), and N itself where N is the
+    # whole server's.
+    contenders: list[tuple[str, int | None, bool | None]] = [
+        (FOUND, None, None),
+        (FOUND_BATCH, None, False),
+        ("fixed 256", 256, None),
+    ]
+    if host is None:
+        contenders.insert(2, (f"fixed {capacity}", capacity, None))
+    async with ServerProcess("minimal", {"data_dir": str(small), "degrade": degrade}) as server:
+        common = {
+            "kind": "batch",
+            "address": "127.0.0.1",
+            "domain": server.info["domain"],
+            "secret": server.info["secret"],
+            "keys": 16,
+            "count": jobs,
+            "remote": "/home/user/f{i}.bin",
+            "dest": str(work / "out-degrade"),
+        }
+        runs: dict[str, list[dict[str, Any]]] = {}
+        for index in range(rounds):
+            order = contenders if index % 2 == 0 else contenders[::-1]
+            for name, concurrency, found_host in order:
+                config = {**common, "concurrency": concurrency, "found_host": found_host}
+                runs.setdefault(name, []).append(await client(config, None))
+    for name, answers in runs.items():
+        answered = [sum(a["statuses"].values()) for a in answers]
+        failed = [a["statuses"].get("503", 0) for a in answers]
+        found = name in (FOUND, FOUND_BATCH)
+        row = {
+            "contender": f"degrade {where}: {name}",
+            "jobs_per_s": median([a["done"] / a["wall"] for a in answers]),
+            "settled": median([settled(a["events"], a["wall"], 4) for a in answers])
+            if found
+            else float(name.split()[-1]),
+            "failed_pct": 100 * sum(failed) / max(1, sum(answered)),
+            "jobs_failed": sum(a["failed"] for a in answers),
+        }
+        part.rows.append(row)
+        if found:
+            part.notes.append(
+                f"degrade {where}, {name}: the batch's changes (first round, s / kind / value "
+                f"/ why): {answers[0]['events'][:40]}; hosts' own changes: "
+                f"{[a['host_changes'] for a in answers]}"
+            )
+        if name == FOUND and host is None:
+            part.targets += [
+                target(
+                    f"degrade: found concurrency settles within 30% of N={capacity} (settled / N)",
+                    row["settled"] / capacity,
+                    ">= 0.7",
+                ),
+                target("degrade: settled / N", row["settled"] / capacity, "<= 1.3"),
+                target("degrade: answers that were 503, %", row["failed_pct"], "< 1"),
+            ]
+    return part
+
+
 async def run(
     count: int,
     rounds: int,
@@ -84,6 +168,7 @@ async def run(
     degrade_jobs: int = 3000,
     rate_mbit: float = 200.0,
     background_count: int = 150,
+    loopback_only: bool = False,
 ) -> CaseResult:
     """Case 12: the three parts (the link ones skipped, with a note, where it cannot run)."""
     rows: list[dict[str, Any]] = []
@@ -94,55 +179,15 @@ async def run(
     small = work / "small"
     make_files(small, degrade_jobs, 16 * 1024)
 
-    # The degrading server, on loopback.
-    degrade = {"capacity": capacity, "service": 0.02, "fail_over": 1.5}
-    async with ServerProcess("minimal", {"data_dir": str(small), "degrade": degrade}) as server:
-        common = {
-            "kind": "batch",
-            "address": "127.0.0.1",
-            "domain": server.info["domain"],
-            "secret": server.info["secret"],
-            "keys": 16,
-            "count": degrade_jobs,
-            "remote": "/home/user/f{i}.bin",
-            "dest": str(work / "out-degrade"),
-        }
-        runs: dict[str, list[dict[str, Any]]] = {}
-        for index in range(rounds):
-            # The old fixed default (256) too: what a count typed without knowing N does.
-            order = [None, capacity, 256] if index % 2 == 0 else [256, capacity, None]
-            for concurrency in order:
-                name = FOUND if concurrency is None else f"fixed {concurrency}"
-                answer = await client({**common, "concurrency": concurrency}, None)
-                runs.setdefault(name, []).append(answer)
-        for name, answers in runs.items():
-            answered = [sum(a["statuses"].values()) for a in answers]
-            failed = [a["statuses"].get("503", 0) for a in answers]
-            row = {
-                "contender": f"degrade N={capacity}: {name}",
-                "jobs_per_s": median([a["done"] / a["wall"] for a in answers]),
-                "settled": median([settled(a["events"], a["wall"], 4) for a in answers])
-                if name == FOUND
-                else float(name.split()[-1]),
-                "failed_pct": 100 * sum(failed) / max(1, sum(answered)),
-                "jobs_failed": sum(a["failed"] for a in answers),
-            }
-            rows.append(row)
-            if name == FOUND:
-                notes.append(
-                    f"degrade, found concurrency's changes (first round, s / kind / value / "
-                    f"why): {answers[0]['events'][:40]}"
-                )
-                targets += [
-                    target(
-                        f"degrade: found concurrency settles within 30% of N={capacity} "
-                        "(settled / N)",
-                        row["settled"] / capacity,
-                        ">= 0.7",
-                    ),
-                    target("degrade: settled / N", row["settled"] / capacity, "<= 1.3"),
-                    target("degrade: answers that were 503, %", row["failed_pct"], "< 1"),
-                ]
+    # The degrading server, on loopback: past N at once over all hosts, then past 2 at once
+    # on one host of 16 (the others never slow down).
+    for host, n in ((None, capacity), ("sbx-000", ONE_HOST_CAPACITY)):
+        part = await degrade_part(work, small, degrade_jobs, rounds, n, host)
+        rows += part.rows
+        notes += part.notes
+        targets += part.targets
+    if loopback_only:
+        return _result(rows, notes, targets, count, rounds)
 
     why = why_not()
     if why is None:

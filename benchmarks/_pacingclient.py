@@ -60,6 +60,7 @@ async def run_batch(config: dict[str, Any]) -> dict[str, Any]:
         data_plane_scheme="http",
         resolver=LinkResolver(config["address"]),
         on_response=heard,
+        limits=sandboxkit.Limits(found_host_concurrency=config.get("found_host")),
     ) as client:
         began = time.time()
         started = time.perf_counter()
@@ -80,10 +81,13 @@ async def run_batch(config: dict[str, Any]) -> dict[str, Any]:
         "done": summary.done,
         "failed": summary.failed,
         "concurrency": summary.concurrency,
+        # The batch's own changes and every pause; a host's own changes (`found_host`) counted.
         "events": [
             [round(e.at - summary.pace_events[0].at, 3), e.kind, e.concurrency, e.reason]
             for e in summary.pace_events
+            if e.kind == "pause" or not e.host
         ],
+        "host_changes": sum(e.kind != "pause" and bool(e.host) for e in summary.pace_events),
         "statuses": {str(k): v for k, v in statuses.items()},
     }
 

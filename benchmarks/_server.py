@@ -163,12 +163,17 @@ async def _minimal(config: dict[str, Any]) -> None:
     # The pacing case's server that degrades past N requests at once: each download takes
     # `service` seconds, stretched by (in flight / N) squared past N, so more than N at once
     # serve fewer a second; past `fail_over` x N it answers 503 at once.
+    # With `host`, only that sandbox key's requests count and degrade; the others take
+    # `service` seconds whatever the load.
     degrade = config.get("degrade")
     in_flight = 0
 
     async def download(request: web.Request) -> web.StreamResponse:
         nonlocal in_flight
         if degrade is None:
+            return await serve(request)
+        if degrade.get("host") and not request.host.startswith(f"{degrade['host']}."):
+            await asyncio.sleep(degrade["service"])
             return await serve(request)
         in_flight += 1
         try:

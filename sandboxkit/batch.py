@@ -528,6 +528,9 @@ async def _run_all(
         if controller is None:
             return
         if status in (429, 503):
+            # Heard by the batch as well as by the host's own concurrency: a server whose
+            # capacity all its hosts share says so only through every host's answers
+            # (benchmarks/README.md, case 12: the batch left 503s to the hosts and got 16%).
             paced(controller.congested(clock(), str(status)))
         elif 200 <= status < 300:
             paced(controller.round_trip(clock(), seconds))
@@ -555,6 +558,11 @@ async def _run_all(
     hosts = client._transport.hosts
     hosts.listeners.append(heard)
     hosts.paced.append(paced)  # each host's found concurrency (`Limits.found_host_concurrency`)
+    # A batch that finds its concurrency has its hosts find theirs too (unless the client's
+    # limits say never): one busy sandbox then slows itself, not every job (case 12).
+    finding = controller is not None and client.limits.found_host_concurrency is not False
+    if finding:
+        hosts.find_concurrency(True)
     try:
         async with anyio.create_task_group() as group:
             for index, (sandbox, job) in enumerate(todo):
@@ -564,6 +572,8 @@ async def _run_all(
                 await limiter.acquire_on_behalf_of(slot)
                 group.start_soon(one, index, sandbox, job, slot)
     finally:
+        if finding:
+            hosts.find_concurrency(False)
         hosts.listeners.remove(heard)
         hosts.paced.remove(paced)
         if span is not None:

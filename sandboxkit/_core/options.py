@@ -178,10 +178,10 @@ def at_least(minimum: int) -> Validator:
     return check
 
 
-def flag(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    """An attrs validator: True or False (not 1, not "yes"), else ValidationError."""
-    if not isinstance(value, bool):
-        raise ValidationError(f"{attribute.name}={value!r}: must be True or False")
+def flag_or_none(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """An attrs validator: True, False or None (not 1, not "yes"), else ValidationError."""
+    if value is not None and not isinstance(value, bool):
+        raise ValidationError(f"{attribute.name}={value!r}: must be True, False or None")
 
 
 def seconds(*, zero: bool = False, none: bool = False) -> Validator:
@@ -240,20 +240,22 @@ class Limits:
             sockets are closed (a host with a request in flight keeps its own); with every
             socket busy, the request waits for one. At least `per_host_connections`.
         host_idle_seconds: a sandbox host unused this long has its sockets closed.
-        found_host_concurrency: find each sandbox host's requests at once, within
-            `per_host_connections`, from how its transfers end, for every call (a download's
-            slices, calls outside a batch): it starts at 4, grows while transfers end as
-            fast as their sizes predict, shrinks on 429, 503, failures and queueing, at most
-            one change each half second and wave of transfers (`pacing.ConcurrencyController`).
-            Off (the default): `per_host_connections` at once, halved by each 429 and grown
-            back by successes. A batch finds its own concurrency, over all its hosts, either way.
+        found_host_concurrency: when each sandbox host's requests at once are found, within
+            `per_host_connections`, from how its requests end: from 4, grown while they end
+            as fast as their sizes predict, shrunk on 429, 503, failures and queueing, at
+            most one change each half second and wave of requests
+            (`pacing.ConcurrencyController`). None (the default): while a batch that finds
+            its own concurrency runs (its hosts' requests, and any others to them
+            meanwhile); True: always, for every call (a download's slices, calls outside a
+            batch); False: never. Otherwise a host gets `per_host_connections` at once,
+            halved by each 429 and grown back by successes.
     """
 
     control_plane_connections: int = attrs.field(default=100, validator=at_least(1))
     per_host_connections: int = attrs.field(default=8, validator=at_least(1))
     max_sandbox_connections: int = attrs.field(default=2048, validator=_covers_one_host)
     host_idle_seconds: float = attrs.field(default=60.0, validator=seconds())
-    found_host_concurrency: bool = attrs.field(default=False, validator=flag)
+    found_host_concurrency: bool | None = attrs.field(default=None, validator=flag_or_none)
 
 
 @attrs.frozen

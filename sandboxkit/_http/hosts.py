@@ -196,6 +196,10 @@ class HostPools(Generic[S]):
         self.pause_sleep: Callable[[float], Awaitable[object]] = sleep
         self.listeners: list[PaceListener] = []
         self.paced: list[PacedListener] = []
+        # Whether hosts find their concurrency now (`find_concurrency`), and how many batches
+        # that find theirs run.
+        self._finding = limits.found_host_concurrency is True
+        self._batches_finding = 0
 
     def headed(
         self, pool: HostPool[S], status: int, retry_after: str | None, seconds: float
@@ -353,9 +357,33 @@ class HostPools(Generic[S]):
             pool = self._open(key)
         else:
             self._pools.move_to_end(key)
+        if self._finding and pool.found is None:
+            self._find(pool)  # a host made before a batch that finds began
         pool.in_flight += 1
         pool.last_used = self._clock()
         return pool
+
+    def find_concurrency(self, on: bool) -> None:
+        """A batch that finds its concurrency begins (`on`) or ends: while any runs, every
+        host finds its own (`Limits.found_host_concurrency` None). With True they always
+        do, with False never."""
+        always = self._limits.found_host_concurrency
+        if always is not None:
+            return
+        self._batches_finding += 1 if on else -1
+        self._finding = self._batches_finding > 0
+        if not self._finding:
+            for pool in self._pools.values():  # back to the window, as it was left
+                if pool.found is not None:
+                    pool.found = None
+                    pool.limiter.total_tokens = pool.window.allowed
+
+    def _find(self, pool: HostPool[S]) -> None:
+        """Have a host made with its window alone find its concurrency from now on."""
+        pool.found = ConcurrencyController(
+            maximum=self._limits.per_host_connections, limit=min(START, pool.window.allowed)
+        )
+        pool.limiter.total_tokens = pool.found.limit
 
     async def _take_socket(self, pool: HostPool[S]) -> None:
         """Count one more request of `pool` in `active`, charging it a socket if needed:
@@ -507,7 +535,7 @@ class HostPools(Generic[S]):
     def _open(self, key: HostKey) -> HostPool[S]:
         per_host = self._limits.per_host_connections
         found = None
-        if self._limits.found_host_concurrency:
+        if self._finding:
             found = ConcurrencyController(maximum=per_host, limit=START)
         pool = HostPool(
             key=key,

@@ -24,7 +24,7 @@ from sandboxkit._http.hosts import HostKey
 from sandboxkit.emulator import Emulator, Fault
 from sandboxkit.emulator._resolver import EmulatorResolver
 
-from ..files_support import new_box, payload
+from ..files_support import Box, new_box, payload
 
 BODY = payload(64 * 1024)
 LIMIT = 20.0  # seconds any test may take, as a guard: nothing here waits on time
@@ -289,8 +289,58 @@ async def test_a_batch_shows_its_hosts_changes_beside_its_own(
     assert summary.shrinks == sum(e.kind == SHRINK and not e.host for e in summary.pace_events)
 
 
-def test_the_option_takes_a_bool_only() -> None:
-    """Anything but True or False is refused where the limits are made."""
-    for value in (1, "yes", None):
+def test_the_option_takes_true_false_or_none_only() -> None:
+    """Anything but True, False or None is refused where the limits are made."""
+    for value in (1, 0, "yes", 4.0):
         with pytest.raises(sandboxkit.ValidationError, match="found_host_concurrency"):
             sandboxkit.Limits(found_host_concurrency=value)  # type: ignore[arg-type]
+
+
+def jobs_over(boxes: list[Box], each: int, tmp_path: Path) -> list[sandboxkit.batch.DownloadJob]:
+    """`each` small files put on every box, and a download job for each, boxes interleaved."""
+    jobs = []
+    for index in range(each):
+        for n, box in enumerate(boxes):
+            box.put(f"/home/user/{index}.bin", payload(512, index))
+            ref = sandboxkit.batch.SandboxRef(box.key, box.handle.domain, box.handle._host.token)
+            jobs.append(
+                sandboxkit.batch.DownloadJob(
+                    ref, f"/home/user/{index}.bin", tmp_path / f"{n}-{index}.bin"
+                )
+            )
+    return jobs
+
+
+@pytest.mark.parametrize(
+    ("option", "concurrency", "hosts_find"),
+    [
+        (None, None, True),  # the default: a batch that finds its concurrency
+        (None, 8, False),  # a fixed concurrency is fixed all the way down
+        (False, None, False),  # never
+    ],
+)
+async def test_a_batch_that_finds_its_concurrency_has_its_hosts_find_theirs_while_it_runs(
+    emulator: Emulator,
+    tmp_path: Path,
+    option: bool | None,
+    concurrency: int | None,
+    hosts_find: bool,
+) -> None:
+    """By default, hosts find their own concurrency while a batch that finds its own runs,
+    and go back to their window (as it was) when it ends; not for a fixed concurrency, nor
+    with `found_host_concurrency=False`."""
+    limits = sandboxkit.Limits(per_host_connections=8, found_host_concurrency=option)
+    async with emulator.client(limits=limits) as client:
+        boxes = [await new_box(emulator, client) for _ in range(2)]
+        hosts = client._transport.hosts
+        result = await sandboxkit.batch.download_many(
+            client, jobs_over(boxes, 20, tmp_path), concurrency=concurrency
+        )
+        assert result.ok
+        own = [e for e in result.summary.pace_events if e.host and e.kind != "pause"]
+        assert bool(own) == hosts_find
+        if hosts_find:
+            assert {e.host for e in own} <= {b.handle._host.origin for b in boxes}
+        pools = [hosts.get(b.handle._host) for b in boxes]
+        assert all(p is not None and p.found is None for p in pools)  # ended with the batch
+        assert all(p is not None and p.limiter.total_tokens == 8 for p in pools)

@@ -155,7 +155,7 @@ async def test_found_concurrency_grows_then_shrinks_on_503s(
         clear(tmp_path)
         second = await batch.download_many(client, jobs)
     assert second.ok
-    shrinks = [e for e in second.summary.pace_events if e.kind == SHRINK]
+    shrinks = [e for e in second.summary.pace_events if e.kind == SHRINK and not e.host]
     assert shrinks and shrinks[0].reason == "503"
     assert second.summary.shrinks == len(shrinks)
     assert all(1 <= e.concurrency <= 4 * 8 for e in second.summary.pace_events)
