@@ -704,3 +704,49 @@ def json_answer_handler() -> Any:
         return json_answer({"request_id": "r", "total": 0, "page": 1, "page_size": 20, "items": []})
 
     return handler
+
+
+# -- a 429 as an untidy server writes it --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        # Two Retry-After lines (the first is the one read), and a body cut after 10 of 100.
+        b"HTTP/1.1 429 X\r\nRetry-After: 0.5\r\nRetry-After: 30\r\nContent-Length: 100\r\n\r\n"
+        + b"x" * 10,
+        # A head alone, then the close: no length, no body.
+        b"HTTP/1.1 429 X\r\nRetry-After: 0.5\r\n\r\n",
+        # Retry-After with spaces and a chunked body that never ends.
+        b"HTTP/1.1 429 X\r\nRetry-After:   0.5  \r\nTransfer-Encoding: chunked\r\n\r\n5\r\nabc",
+    ],
+    ids=["two-retry-afters-cut-body", "head-then-close", "padded-unfinished-chunks"],
+)
+async def test_an_untidy_429_pauses_its_host_once_for_what_it_says(
+    rawsrv: RawServer, head: bytes
+) -> None:
+    """However the 429's head and body come, the host is paused once, for its first
+    Retry-After, on the same clock the retry loop waits on, and the retry is not sent before
+    it has passed: a body cut after the head is a connection failure to the retry loop (a
+    host going away: its backoff, 0.01 s), and the host's pause holds the retry for the rest.
+    The call goes on with the right bytes and nothing is left open."""
+    rawsrv.on(head)
+    rawsrv.on(http_answer(200, DATA, {"Accept-Ranges": "bytes"}))
+    policy = sandboxkit.RetryPolicy(max_attempts=3, initial_backoff=0.01, max_backoff=0.01)
+    async with hostile_client(f"http://127.0.0.1:{rawsrv.port}", retry=policy) as c:
+        on_virtual_time(c, time := VirtualTime())
+        c._calls.rand = lambda: 1.0
+        paused: list[Any] = []
+
+        def heard(origin: str, status: int, seconds: float, event: Any) -> None:
+            if event is not None:
+                paused.append((event.kind, event.seconds, event.reason))
+
+        c._transport.hosts.listeners.append(heard)
+        with anyio.fail_after(LIMIT):
+            assert await on_server(c, rawsrv.port).files.read_bytes("/f.bin") == DATA
+        await close_and_check(c, [rawsrv.port])
+    assert paused == [("pause", 0.5, "429")]
+    assert time.sleeps in ([0.5], [0.01, 0.49])
+    assert sum(time.sleeps) == pytest.approx(0.5)
+    assert len(rawsrv.heads) == 2
