@@ -8,6 +8,7 @@ import asyncio
 import logging
 import os
 import re
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -280,3 +281,46 @@ async def test_a_copy_failing_after_its_handle_is_told_by_copy_status_and_logged
     assert status["state"] == "failed" and status["result"] is None
     assert status["error"]["code"] == "unavailable"
     assert "tool download_file failed in the background: unavailable" in caplog.text
+
+
+# A program that starts a long copy through a toolkit, gets its handle and ends, closing
+# neither the toolkit nor its client (asyncio.run cancels what still runs).
+FORGOTTEN_COPY = """
+import asyncio, sys
+from pathlib import Path
+import sandboxkit
+from sandboxkit.agents import CopyHandles, Toolkit
+
+async def main(workspace: Path, port: str) -> None:
+    client = sandboxkit.Client(api_key="k", base_url="http://127.0.0.1:9", data_plane_scheme="http")
+    slow = client.sandbox(sandbox_key="slow", domain=f"localhost:{port}", access_token="t")
+    handles = CopyHandles(answer_within=0.2)
+    kit = Toolkit(client, {"slow": slow}, workspace=workspace, copy_handles=handles)
+    asked = {"sandbox": "slow", "remote": "big.bin", "dest": "big.bin"}
+    handle = await kit.call("download_file", asked)
+    print(handle["state"], sorted(p.name for p in workspace.iterdir()), flush=True)
+
+asyncio.run(main(Path(sys.argv[1]), sys.argv[2]))
+"""
+
+
+async def test_a_program_that_ends_with_a_copy_running_leaves_no_part_and_dest_as_it_was(
+    slow_plane: StallingDataPlane, tmp_path: Path
+) -> None:
+    """Exit without closing: the running copy is cancelled with the program's loop, its
+    partial file and sidecar are removed, `dest` keeps its old bytes, the data plane sees
+    the connection closed; stderr says only that the client was never closed."""
+    (tmp_path / "big.bin").write_bytes(b"the old file")
+    with anyio.fail_after(PATIENCE):
+        program = [sys.executable, "-X", "dev", "-c", FORGOTTEN_COPY]
+        done = await anyio.run_process([*program, str(tmp_path), str(slow_plane.port)], check=False)
+        await slow_plane.closed.wait()
+    out, err = done.stdout.decode(), done.stderr.decode()
+    assert (done.returncode, out) == (
+        0,
+        "running ['.big.bin.part', '.big.bin.part.json', 'big.bin']\n",
+    ), err
+    assert os.listdir(tmp_path) == ["big.bin"]
+    assert (tmp_path / "big.bin").read_bytes() == b"the old file"
+    assert "sandboxkit.Client was never closed" in err
+    assert "Traceback" not in err and "Task was destroyed" not in err
