@@ -283,3 +283,72 @@ def test_a_fork_while_another_thread_waits_on_a_call_lets_that_call_finish() -> 
         assert results == ["finished"]
     finally:
         loop.stop()
+
+
+def test_a_fork_while_a_host_is_paused_and_a_transfer_is_paced_leaves_both_to_the_parent(
+    served: Running, tmp_path: Path
+) -> None:
+    """Issue 41's state that waits (a host paused by a 429, a transfer drawing on a 1 KiB/s
+    budget) is the parent's: the child's client starts with neither host paused and its own
+    buckets, and reads both files at once once it lifts the limit; back in the parent the
+    pause still holds and the paced download, woken by lifting the limit there, ends whole."""
+    from sandboxkit.emulator import Fault
+
+    # The default policy: a 429's Retry-After is waited for, and pauses its host.
+    options = {**served.options(), "retry": sandboxkit.RetryPolicy()}
+    client = sandboxkit.Client(**options, timeout=sandboxkit.Timeout(read=5))
+    portal, call = served.portal, served.portal.call
+    paused_host = client.sandbox_from_response(served.new_sandbox())
+    paced_host = client.sandbox_from_response(served.new_sandbox())
+    for box in (paused_host, paced_host):
+        remote = served.emu.sandbox_root(box.sandbox_key) / FILE.lstrip("/")
+        remote.parent.mkdir(parents=True, exist_ok=True)
+        remote.write_bytes(DATA)
+    paused, moving = threading.Event(), threading.Event()
+
+    def heard(origin: str, status: int, seconds: float, event: object) -> None:
+        if event is not None:
+            paused.set()
+
+    try:
+        client._transport.hosts.listeners.append(heard)
+        served.emu.faults.script("files.download", Fault.status(429, retry_after="30"))
+        waiting = portal.start_task_soon(paused_host.files.read_bytes, FILE)
+        assert paused.wait(CHILD_SECONDS)
+        call(client.set_budgets, sandboxkit.Budgets(download_bytes_per_second=1024))
+        dest = tmp_path / "paced.bin"
+
+        async def paced() -> sandboxkit.DownloadResult:
+            return await paced_host.files.download(
+                FILE, dest, progress=lambda done, total: moving.set()
+            )
+
+        pacing = portal.start_task_soon(paced)
+        assert moving.wait(CHILD_SECONDS)  # its first grain moved; the rest waits on 1 KiB/s
+
+        async def child_work() -> dict[str, Any]:
+            async with client:
+                client.set_budgets(sandboxkit.Budgets())
+                hosts = client._transport.hosts
+                with anyio.fail_after(10):
+                    both = [await b.files.read_bytes(FILE) for b in (paused_host, paced_host)]
+                pauses = [p.pause.remaining(hosts.pause_clock()) for p in hosts._pools.values()]
+            return {"read": [data == DATA for data in both], "paused": pauses}
+
+        code, report = in_child(lambda: asyncio.run(child_work()))
+
+        assert code == 0, report
+        assert report == {"read": [True, True], "paused": [0.0, 0.0]}
+        assert not pacing.done() and not waiting.done()
+        pool = next(
+            p
+            for p in client._transport.hosts._pools.values()
+            if p.origin == paused_host._host.origin
+        )
+        assert 20 < pool.pause.remaining(client._transport.hosts.pause_clock()) <= 30
+        call(client.set_budgets, sandboxkit.Budgets())
+        assert pacing.result(CHILD_SECONDS).size == len(DATA)
+        assert dest.read_bytes() == DATA
+        waiting.cancel()
+    finally:
+        call(client.aclose)
