@@ -72,7 +72,7 @@ def download_many_on_dask(
     jobs: Iterable[batch.DownloadJob],
     *,
     shards: int | None = None,
-    concurrency_per_worker: int = 64,
+    concurrency_per_worker: int | None = None,
     checksum: bool = True,
     skip_existing: bool = False,
 ) -> batch.BatchResult[batch.DownloadJob, DownloadResult]:
@@ -103,7 +103,8 @@ def download_many_on_dask(
         jobs: the downloads; their shape is checked here before anything is submitted.
         shards: how many pieces to cut the list into (default: one per worker); more
             shards than workers balance uneven shards at the cost of more Client setups.
-        concurrency_per_worker: downloads in flight within one shard.
+        concurrency_per_worker: downloads in flight within one shard; None (the default):
+            found by each shard as it runs, as `batch.download_many` finds it.
         checksum: compute each file's sha256.
         skip_existing: report a job whose local file exists (from before this call) as
             skipped, sending nothing (see `batch.download_many`); use it to rerun a call
@@ -111,7 +112,9 @@ def download_many_on_dask(
 
     Returns:
         One `BatchResult` for the whole list: one outcome per job, in job order, summed
-        totals, and the elapsed time seen from here. A shard that could not finish (Dask
+        totals (`concurrency` too: the shards' at their ends added up), every shard's
+        throttle events (`pace_events`, shard after shard; each `at` is on its worker's
+        own clock), and the elapsed time seen from here. A shard that could not finish (Dask
         gave up on it with `distributed.KilledWorker`, or it raised anything else) reports
         each of its jobs as failed with that exception, counted in `summary.failed`; the
         files it finished are on disk, and a rerun with `skip_existing=True` keeps them.
@@ -235,6 +238,8 @@ def _merge(
         resumes=sum(s.resumes for s in summaries),
         elapsed=elapsed,
         skipped=sum(s.skipped for s in summaries),
+        concurrency=sum(s.concurrency for s in summaries),
+        pace_events=tuple(e for s in summaries for e in s.pace_events),
         budgets=budgets,
     )
 
@@ -243,7 +248,7 @@ def _run_shard(
     config: ClientConfig,
     jobs: list[batch.DownloadJob],
     offset: int,
-    concurrency: int,
+    concurrency: int | None,
     checksum: bool,
     skip_existing: bool,
     since: int,
@@ -289,6 +294,8 @@ def _run_shard(
         retries=summary.retries,
         resumes=summary.resumes,
         elapsed=time.monotonic() - started,
+        concurrency=summary.concurrency,
+        pace_events=summary.pace_events,
         budgets=config.budgets,
     )
     return tuple(outcomes[index] for index in range(len(jobs))), summary

@@ -140,6 +140,37 @@ def test_downloads_on_two_worker_processes_match_sha256(
     assert (summary.total, summary.done, summary.failed) == (200, 200, 0)
     assert summary.attempts == 200 + faults and summary.retries == faults
     assert len(emu.journal_for("files.download")) == 200 + faults
+    assert summary.concurrency == 4 * 16  # each shard's fixed one, added up
+
+
+def test_shards_find_their_concurrency_by_default_and_tell_its_changes(
+    dask_client: object,
+    dask_emulator: tuple[Emulator, anyio.from_thread.BlockingPortal],
+    tmp_path: Path,
+) -> None:
+    """Without `concurrency_per_worker`, each shard finds its own as `download_many` does:
+    the merged summary carries each shard's changes and pauses (a 429 saying wait 50 ms)
+    and adds up where each ended."""
+    emu, portal = dask_emulator
+    jobs = []
+    for s in range(2):
+        data = portal.call(emu.create_sandbox)["data"]
+        ref = batch.SandboxRef(data["sandbox_key"], data["domain"], data["sandbox_access_token"])
+        home = emu.sandbox_root(ref.sandbox_key) / "home" / "user"
+        for n in range(20):
+            (home / f"f{n}.bin").write_bytes(b"x" * (n + 1))
+            jobs.append(batch.DownloadJob(ref, f"/home/user/f{n}.bin", tmp_path / f"{s}-{n}"))
+    emu.faults.script("files.download", Fault.status(429, retry_after="0.05"))
+    result = download_many_on_dask(dask_client, config_for(emu), jobs, shards=2)  # type: ignore[arg-type]
+    assert result.ok, result.failures[:3]
+    summary = result.summary
+    (throttled,) = emu.journal_for("files.download")[:1]
+    assert throttled.status == 429
+    assert summary.pauses == {f"http://{throttled.sandbox_key}.{emu.domain}": 1}
+    # The shard whose first answer was the 429 halved at once; the other doubled from 4.
+    changes = {(e.kind, e.reason) for e in summary.pace_events if not e.host}
+    assert {("shrink", "429"), ("grow", "room")} <= changes
+    assert summary.concurrency >= 2 + 8  # where each ended, added up: 2, and 8 or more
 
 
 def test_missing_sandbox_fails_only_its_jobs_across_processes(
