@@ -1,5 +1,6 @@
 """What the client keeps for each sandbox host: its pool of connections (with the host's 429
-window and its pause after a 429, `pacing.HostPause`) and its circuit. Nothing here imports
+window or its found concurrency, and its pause after a 429, `pacing.HostPause`) and its
+circuit. Nothing here imports
 aiohttp: the session type is a parameter (aiohttp's; fakes in tests).
 
 **Pools** (`HostPools`): one session per (host, token), bounded by sockets, closed when idle.
@@ -12,7 +13,10 @@ Waiting requests are served in arrival order across hosts (one FIFO queue), so a
 cannot starve others: once none of its sockets is in use its session is closed for an older
 request of another host (its own waiting requests go on with a fresh one). Each pool carries
 its host's AIMD window (`retry.ConcurrencyWindow`): a 429 from that host halves it,
-successes grow it back, so one throttled sandbox slows only itself.
+successes grow it back, so one throttled sandbox slows only itself. While hosts find their
+concurrency (`Limits.found_host_concurrency`: always, or while a batch that finds its own
+runs, `find_concurrency`), a `pacing.ConcurrencyController` sizes the pool's requests at once
+instead, fed by each request's bytes and time (`transferred`) and its 429s and 503s.
 
 **Circuits** (`Circuits`): the circuit of every host a client has seen fail, and the events
 calls wait on. The transport reports what each request met (`heard_from`, `answered`,
@@ -93,7 +97,8 @@ class HostKey:
 
 @attrs.define(eq=False)
 class HostPool(Generic[S]):
-    """One sandbox host's session, its AIMD concurrency window, and how busy it is.
+    """One sandbox host's session, its AIMD concurrency window (or found concurrency), and
+    how busy it is.
 
     `in_flight` counts leases begun (waiting ones too), `active` those holding a slot of
     the window, and `sockets` the sockets charged to this pool: its session never has more
