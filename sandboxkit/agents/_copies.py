@@ -45,6 +45,12 @@ def _positive(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
         raise ValidationError(f"CopyHandles.{attribute.name}={value!r}: must be a positive number")
 
 
+def _positive_count(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    # A count of copies: 2.5 running at once means nothing (and made a limiter of 2.5).
+    if isinstance(value, bool) or not isinstance(value, int) or not value > 0:
+        raise ValidationError(f"CopyHandles.{attribute.name}={value!r}: must be an integer >= 1")
+
+
 @attrs.frozen
 class CopyHandles:
     """Copies answered with a handle when they take long (`Toolkit(copy_handles=...)`).
@@ -56,12 +62,12 @@ class CopyHandles:
         keep_for: seconds a finished copy's outcome is kept (3600).
 
     Raises:
-        ValidationError: a bound that is not positive.
+        ValidationError: a bound that is not positive, or a count that is not an integer.
     """
 
     answer_within: float = attrs.field(default=1.0, validator=_positive)
-    max_running: int = attrs.field(default=4, validator=_positive)
-    max_kept: int = attrs.field(default=64, validator=_positive)
+    max_running: int = attrs.field(default=4, validator=_positive_count)
+    max_kept: int = attrs.field(default=64, validator=_positive_count)
     keep_for: float = attrs.field(default=3600.0, validator=_positive)
 
 

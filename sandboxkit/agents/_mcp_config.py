@@ -5,8 +5,9 @@ token, inline as `access_token` or, better, `access_token_env` naming an environ
 variable), the local `workspace` for copies, the sandbox `root`, `templates` on or off,
 `data_plane_scheme`, the console (`base_url`, and `api_key_env` naming the variable that holds
 the API key), `http_token_env` naming the variable that holds the bearer token the HTTP
-transport requires, and `[limits]` (`ToolLimits` fields). What the file leaves out comes
-from the environment (`SANDBOXKIT_API_KEY`, `SANDBOXKIT_BASE_URL`,
+transport requires, `[limits]` (`ToolLimits` fields) and `[copies]` (`CopyHandles` fields:
+how long a copy call waits before it answers a handle, and how many run and are kept). What
+the file leaves out comes from the environment (`SANDBOXKIT_API_KEY`, `SANDBOXKIT_BASE_URL`,
 `SANDBOXKIT_DATA_PLANE_SCHEME`, `SANDBOXKIT_MCP_TOKEN`). The bearer token is read only from
 the environment, never from the command line, whose arguments every local user can read
 (`ps`, `/proc/PID/cmdline`) and shells keep in their history.
@@ -57,6 +58,7 @@ _TOP_KEYS = (
     "base_url",
     "data_plane_scheme",
     "http_token_env",
+    "copies",
     "limits",
     "root",
     "sandboxes",
@@ -102,6 +104,7 @@ class McpConfig:
         warnings: one-line notes for the operator (e.g. an inline token in a readable file).
         http_token: the bearer token the HTTP transport requires (never shown in a repr);
             None: none configured.
+        copies: how copies that take long answer with a handle (`[copies]`).
     """
 
     sandboxes: Mapping[str, SandboxRef]
@@ -114,6 +117,7 @@ class McpConfig:
     limits: ToolLimits
     warnings: tuple[str, ...] = ()
     http_token: str | None = attrs.field(default=None, repr=False)
+    copies: CopyHandles = attrs.field(factory=CopyHandles)
 
     def secrets(self) -> tuple[str, ...]:
         """Every credential held, for scrubbing text that leaves the process."""
@@ -230,6 +234,7 @@ class _Reader:
             limits=self.limits(table.get("limits")),
             warnings=tuple(self.notes),
             http_token=self.http_token(table),
+            copies=self.copies(table.get("copies")),
         )
 
     def known(self, table: Mapping[str, Any], keys: tuple[str, ...], at: str) -> None:
@@ -346,6 +351,21 @@ class _Reader:
             # ToolLimits' own checks name the field and the bound; the values are numbers.
             raise self.fail(f"limits: {' '.join(str(exc).split())}") from None
 
+    def copies(self, raw: object) -> CopyHandles:
+        if raw is None:
+            return CopyHandles()
+        if not isinstance(raw, Mapping):
+            raise self.fail("copies must be a table: [copies]")
+        self.known(raw, tuple(sorted(f.name for f in attrs.fields(CopyHandles))), "copies.")
+        for name, value in raw.items():
+            if not isinstance(value, int | float) or isinstance(value, bool):
+                raise self.fail(f"copies.{name} must be a number")
+        try:
+            return CopyHandles(**raw)
+        except ValidationError as exc:
+            # Its checks name the field and the rule; the values are numbers, never secrets.
+            raise self.fail(f"copies: {' '.join(str(exc).split())}") from None
+
     def check_private(self, file: Path) -> None:
         try:
             mode = file.stat().st_mode
@@ -395,7 +415,7 @@ def toolkit_from_config(
             root=config.root,
             limits=config.limits,
             templates=config.templates,
-            copy_handles=CopyHandles(),
+            copy_handles=config.copies,
         )
     except ValidationError as exc:
         raise ConfigError(f"configuration: {_one_line(exc, config)}") from None

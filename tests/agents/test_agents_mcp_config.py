@@ -6,6 +6,7 @@ shows a token; a good one gives frozen values whose repr hides the tokens.
 
 from __future__ import annotations
 
+import asyncio
 import importlib.metadata
 import os
 import re
@@ -20,7 +21,7 @@ import pytest
 from click.testing import CliRunner
 
 import sandboxkit
-from sandboxkit.agents import ToolLimits
+from sandboxkit.agents import CopyHandles, ToolLimits
 from sandboxkit.agents._mcp_config import ConfigError, McpConfig, load_config, toolkit_from_config
 from sandboxkit.cli import cli
 from sandboxkit.cli._mcp import is_loopback, meets, start_line
@@ -154,6 +155,14 @@ BAD = [
     ("templates = false\n[limits]\nmax_read = 10\nread_page = 20\n" + SANDBOX,
      "read_page must not exceed max_read"),
     ('templates = false\napi_key_env = "bad name"\n' + SANDBOX, "api_key_env must name"),
+    ("templates = false\n[copies]\nmax_runs = 2\n" + SANDBOX, "unknown key 'copies.max_runs'"),
+    (f'templates = false\n[copies]\nkeep_for = "{SECRET}"\n' + SANDBOX,
+     "copies.keep_for must be a number"),
+    ("templates = false\n[copies]\nmax_running = 2.5\n" + SANDBOX,
+     "max_running=2.5: must be an integer >= 1"),
+    ("templates = false\n[copies]\nanswer_within = 0\n" + SANDBOX,
+     "answer_within=0: must be a positive number"),
+    ("templates = false\ncopies = 3\n" + SANDBOX, "copies must be a table"),
 ]  # fmt: skip
 
 
@@ -193,6 +202,18 @@ def test_a_wait_ends_before_an_mcp_client_gives_up(tmp_path: Path) -> None:
     assert longer.limits.max_wait == 600
     [note] = longer.warnings
     assert note.startswith("limits.max_wait=600: MCP clients end a call idle for 300 s")
+
+
+def test_copies_take_their_settings_from_the_file_and_reach_the_toolkit(tmp_path: Path) -> None:
+    """`[copies]` sets the toolkit's `CopyHandles`; without it, the defaults."""
+    plain = load_config(write(tmp_path, "templates = false\n" + SANDBOX), ENV)
+    assert plain.copies == CopyHandles()
+    text = 'templates = false\nworkspace = "."\n[copies]\nanswer_within = 5\nmax_running = 2\n'
+    config = load_config(write(tmp_path, text + SANDBOX), ENV)
+    assert config.copies == CopyHandles(answer_within=5, max_running=2)
+    client, kit = toolkit_from_config(config)
+    assert kit._copies is not None and kit._copies.options == config.copies
+    asyncio.run(client.aclose())
 
 
 def test_a_sandbox_the_sdk_refuses_is_a_config_error(tmp_path: Path) -> None:
