@@ -562,6 +562,7 @@ def test_the_mcp_config_example_loads_and_the_client_entry_starts_it(tmp_path: P
     assert config.http_token == bearer and bearer not in repr(config)
     assert list(config.sandboxes) == ["main"]
     assert config.templates is False and config.limits.max_copy == 100 << 20
+    assert config.copies.answer_within == 2.0 and config.copies.max_running == 4
     assert config.workspace == tmp_path / "agent-files"
     assert "sat-readme" not in repr(config) and "sk-readme" not in repr(config)
     entries = [json.loads(b) for b in re.findall(r"```json\n(.*?)```", README, flags=re.DOTALL)]
