@@ -182,10 +182,11 @@ class BatchSummary:
         skipped: jobs not run because their destination existed (`skip_existing`).
         concurrency: jobs in flight at once at the end: the `concurrency` given, or the one
             found.
-        pace_events: every throttle event while the batch ran, in order: each pause of a
-            host after a 429 (those of other work on the client at the time too), each
-            change of the found concurrency (`host` ""), and with
-            `Limits.found_host_concurrency` each change of a host's own (named by `host`).
+        pace_events: every throttle event of the batch's hosts while it ran, in order:
+            each pause of one of them after a 429 (one another call's answer began too:
+            the batch's calls waited all the same), each change of the found concurrency
+            (`host` ""), and each change of one of its hosts' own (named by `host`). Other
+            hosts the client calls meanwhile are not the batch's: their events are not here.
     """
 
     total: int
@@ -523,7 +524,13 @@ async def _run_all(
         if on_pace is not None:
             on_pace(event)
 
+    # The batch's own hosts: another batch or call on the client meanwhile, to other hosts,
+    # neither shows in this one's summary nor moves its concurrency.
+    origins = {sandbox.origin for sandbox, _ in todo}
+
     def heard(origin: str, status: int, seconds: float, paused: PaceEvent | None) -> None:
+        if origin not in origins:
+            return
         paced(paused)
         if controller is None:
             return
@@ -534,6 +541,10 @@ async def _run_all(
             paced(controller.congested(clock(), str(status)))
         elif 200 <= status < 300:
             paced(controller.round_trip(clock(), seconds))
+
+    def hosts_paced(event: PaceEvent) -> None:
+        if event.host in origins:
+            paced(event)
 
     async def one(index: int, sandbox: Sandbox, job: J, slot: object) -> None:
         nonlocal finished
@@ -557,7 +568,7 @@ async def _run_all(
 
     hosts = client._transport.hosts
     hosts.listeners.append(heard)
-    hosts.paced.append(paced)  # each host's found concurrency (`Limits.found_host_concurrency`)
+    hosts.paced.append(hosts_paced)  # each host's found concurrency
     # A batch that finds its concurrency has its hosts find theirs too (unless the client's
     # limits say never): one busy sandbox then slows itself, not every job (case 12).
     finding = controller is not None and client.limits.found_host_concurrency is not False
@@ -575,7 +586,7 @@ async def _run_all(
         if finding:
             hosts.find_concurrency(False)
         hosts.listeners.remove(heard)
-        hosts.paced.remove(paced)
+        hosts.paced.remove(hosts_paced)
         if span is not None:
             if span.is_recording():
                 span.set_attribute("sandboxkit.concurrency", pace.concurrency)

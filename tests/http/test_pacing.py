@@ -16,6 +16,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import sandboxkit
 from sandboxkit import batch
 from sandboxkit._core.pacing import GROW, PAUSE, SHRINK, ConcurrencyController, PaceEvent
+from sandboxkit.batch import BatchSummary
 from sandboxkit.emulator import Emulator, Fault
 
 from ..files_support import Box, new_box, payload
@@ -199,3 +200,44 @@ async def test_bad_pacing_options_fail_before_any_request(emulator: Emulator) ->
         with pytest.raises(sandboxkit.ValidationError, match="background must be a bool"):
             await batch.upload_many(client, [], background=1)  # type: ignore[arg-type]
     assert emulator.journal == []
+
+
+async def test_a_batch_shows_only_its_own_hosts_pauses_and_changes(
+    emulator: Emulator, tmp_path: Path
+) -> None:
+    """Two batches at once on one client: B downloads from its host (its first answers held
+    300 ms, so it is running) while A uploads to another, whose first answer is a 429 that
+    pauses it. The pause shows in A's summary only; B's summary and found concurrency never
+    hear of it (they did: a batch heard every answer its client got)."""
+    async with emulator.client(retry=HONOURS_RETRY_AFTER) as client:
+        a, b = await new_box(emulator, client), await new_box(emulator, client)
+        for index in range(12):
+            b.put(f"/home/user/{index}.bin", payload(1024, index))
+        downloads = [
+            batch.DownloadJob(ref(b), f"/home/user/{i}.bin", tmp_path / f"{i}.bin")
+            for i in range(12)
+        ]
+        uploads = [
+            batch.UploadJob(ref(a), f"/home/user/{i}.bin", payload(512, i)) for i in range(12)
+        ]
+        emulator.faults.script("files.download", *[Fault.delay(0.3)] * 4)
+        emulator.faults.script("files.upload", Fault.status(429, retry_after="0.1"))
+        got: dict[str, BatchSummary] = {}
+
+        async def download_b() -> None:
+            got["b"] = (await batch.download_many(client, downloads)).summary
+
+        async def upload_a() -> None:
+            got["a"] = (await batch.upload_many(client, uploads)).summary
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(download_b)
+            group.start_soon(upload_a)
+    a_origin, b_origin = a.handle._host.origin, b.handle._host.origin
+    assert (got["a"].done, got["b"].done) == (12, 12)
+    assert [e.status for e in emulator.journal_for("files.upload")][:1] == [429]
+    assert got["a"].pauses == {a_origin: 1}
+    assert got["b"].pauses == {}
+    assert {e.host for e in got["a"].pace_events} <= {"", a_origin}
+    assert {e.host for e in got["b"].pace_events} <= {"", b_origin}
+    assert all(e.reason != "429" for e in got["b"].pace_events)
