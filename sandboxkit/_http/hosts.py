@@ -1,7 +1,7 @@
 """What the client keeps for each sandbox host: its pool of connections (with the host's 429
 window or its found concurrency, and its pause after a 429, `pacing.HostPause`) and its
-circuit. Nothing here imports
-aiohttp: the session type is a parameter (aiohttp's; fakes in tests).
+circuit. Nothing here imports aiohttp: the session type is a parameter (aiohttp's; fakes in
+tests).
 
 **Pools** (`HostPools`): one session per (host, token), bounded by sockets, closed when idle.
 The bound is `Limits.max_sandbox_connections`, in sockets. Each pool is charged one for each
@@ -363,7 +363,7 @@ class HostPools(Generic[S]):
         else:
             self._pools.move_to_end(key)
         if self._finding and pool.found is None:
-            self._find(pool)  # a host made before a batch that finds began
+            self._find(pool)  # a host made before hosts began to find theirs
         pool.in_flight += 1
         pool.last_used = self._clock()
         return pool
@@ -384,7 +384,8 @@ class HostPools(Generic[S]):
                     pool.limiter.total_tokens = pool.window.allowed
 
     def _find(self, pool: HostPool[S]) -> None:
-        """Have a host made with its window alone find its concurrency from now on."""
+        """Have a host find its concurrency from now on: from 4, or from its window if a
+        429 left it smaller."""
         pool.found = ConcurrencyController(
             maximum=self._limits.per_host_connections, limit=min(START, pool.window.allowed)
         )
@@ -539,17 +540,15 @@ class HostPools(Generic[S]):
 
     def _open(self, key: HostKey) -> HostPool[S]:
         per_host = self._limits.per_host_connections
-        found = None
-        if self._finding:
-            found = ConcurrencyController(maximum=per_host, limit=START)
         pool = HostPool(
             key=key,
             session=self._make_session(key),
             window=ConcurrencyWindow(maximum=per_host),
-            limiter=_limiter_class()(per_host if found is None else found.limit),
+            limiter=_limiter_class()(per_host),
             last_used=self._clock(),
-            found=found,
         )
+        if self._finding:
+            self._find(pool)
         self._pools[key] = pool
         self.opened += 1
         if self._timer is None or self._timer.done():
