@@ -59,6 +59,20 @@ def make_files(data: Path, count: int, size: int) -> None:
     (home / "probe.bin").write_bytes(b"p" * 64)
 
 
+def batch_config(server: ServerProcess, address: str, count: int, dest: Path) -> dict[str, Any]:
+    """A `batch` client's config: `count` files over 16 sandbox hosts of `server`."""
+    return {
+        "kind": "batch",
+        "address": address,
+        "domain": server.info["domain"],
+        "secret": server.info["secret"],
+        "keys": 16,
+        "count": count,
+        "remote": "/home/user/f{i}.bin",
+        "dest": str(dest),
+    }
+
+
 def settled(events: list[list[Any]], wall: float, start: int) -> float:
     """The time-weighted median concurrency over the second half of a run."""
     points = [(0.0, start)] + [(at, limit) for at, kind, limit, _ in events if kind != "pause"]
@@ -110,16 +124,7 @@ async def degrade_part(
     if host is None:
         contenders.insert(2, (f"fixed {capacity}", capacity, None))
     async with ServerProcess("minimal", {"data_dir": str(small), "degrade": degrade}) as server:
-        common = {
-            "kind": "batch",
-            "address": "127.0.0.1",
-            "domain": server.info["domain"],
-            "secret": server.info["secret"],
-            "keys": 16,
-            "count": jobs,
-            "remote": "/home/user/f{i}.bin",
-            "dest": str(work / "out-degrade"),
-        }
+        common = batch_config(server, "127.0.0.1", jobs, work / "out-degrade")
         runs: dict[str, list[dict[str, Any]]] = {}
         for index in range(rounds):
             order = contenders if index % 2 == 0 else contenders[::-1]
@@ -204,16 +209,7 @@ async def run(
         prefix = ("ip", "netns", "exec", link.server_ns)
         config = {"data_dir": str(data), "host": SERVER_ADDRESS, "die_with_parent": True}
         async with ServerProcess("minimal", config, prefix=prefix, new_session=True) as server:
-            common = {
-                "kind": "batch",
-                "address": SERVER_ADDRESS,
-                "domain": server.info["domain"],
-                "secret": server.info["secret"],
-                "keys": 16,
-                "count": count,
-                "remote": "/home/user/f{i}.bin",
-                "dest": str(work / "out-sweep"),
-            }
+            common = batch_config(server, SERVER_ADDRESS, count, work / "out-sweep")
             # Fixed counts (None: found, the default), and "batch": found by the batch alone
             # (`found_host_concurrency=False`), as before each host found its own too.
             contenders: list[int | str | None] = [*sweep, "batch", None]
@@ -272,13 +268,8 @@ async def run(
                 "secret": server.info["secret"],
             }
             probe = {**base, "kind": "probe", "remote": "/home/user/probe.bin", "interval": 0.1}
-            batch_config = {
-                **base,
-                "kind": "batch",
-                "keys": 16,
-                "count": background_count,
-                "remote": "/home/user/f{i}.bin",
-                "dest": str(work / "out-bg"),
+            batched = {
+                **batch_config(server, SERVER_ADDRESS, background_count, work / "out-bg"),
                 "concurrency": None,
             }
             idle_runs: list[float] = []
@@ -294,7 +285,7 @@ async def run(
                     )
                     await asyncio.sleep(1.0)  # the probe's connection is up and idle
                     answer = await client(
-                        {**batch_config, "background": mode == "background"}, link.client_ns
+                        {**batched, "background": mode == "background"}, link.client_ns
                     )
                     samples = await stop_probe(probing)
                     if index == 0:
